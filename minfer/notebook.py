@@ -1,0 +1,51 @@
+"""Helpers the course notebooks share: show the package's real source, and set up plotting.
+
+A chapter never pastes a copy of package code -- it calls ``show_source(BlockPool.append_slots)`` so
+the lesson and the package cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import platform
+import textwrap
+from typing import Any
+
+import torch
+
+
+def source_of(obj: Any, lines: tuple[int, int] | None = None) -> str:
+    """The source of a module, class, function or method (optionally only lines ``a..b``, 1-based)."""
+    src = textwrap.dedent(inspect.getsource(obj))
+    if lines:
+        src = "\n".join(src.splitlines()[lines[0] - 1 : lines[1]])
+    return src
+
+
+def show_source(obj: Any, lines: tuple[int, int] | None = None) -> None:
+    """Display ``obj``'s source as a highlighted code block, titled with where it lives."""
+    from IPython.display import Markdown, display
+
+    path = inspect.getsourcefile(obj) or "?"
+    rel = path[path.rfind("minfer/"):] if "minfer/" in path else os.path.basename(path)
+    start = inspect.getsourcelines(obj)[1]
+    display(Markdown(f"`{rel}` line {start}\n\n```python\n{source_of(obj, lines)}\n```"))
+
+
+def setup_notebook(threads: int | None = None) -> dict[str, str]:
+    """Small, reproducible notebooks: plotly figures as JSON (no 4 MB of embedded JavaScript), fixed
+    seeds; returns a description of the machine (printed by chapter 00)."""
+    import plotly.io as pio
+
+    pio.renderers.default = "plotly_mimetype"
+    torch.manual_seed(0)
+    if threads:
+        torch.set_num_threads(threads)
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cpu": platform.processor() or platform.machine(),
+        "threads": str(torch.get_num_threads()),
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
+    }

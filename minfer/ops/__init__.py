@@ -1,0 +1,53 @@
+"""Paged-attention operations: the PyTorch reference and the Triton kernels, behind one choice.
+
+``attention_ops(backend, device)`` returns the pair ``(store_kv, paged_attention)`` the KV cache calls.
+Every Triton kernel has a reference of the same signature in ``paged_attention.py``; tests compare them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from minfer.ops.paged_attention import AttentionMetadata, paged_attention, store_kv
+
+__all__ = ["AttentionMetadata", "attention_ops", "paged_attention", "resolve_backend", "store_kv"]
+
+
+def resolve_backend(backend: str, device: torch.device | str) -> str:
+    """``"auto"`` means Triton on CUDA and the PyTorch reference on the CPU."""
+    if backend == "auto":
+        return "triton" if torch.device(device).type == "cuda" else "torch"
+    return backend
+
+
+def attention_ops(backend: str, device: torch.device | str):
+    backend = resolve_backend(backend, device)
+    if backend == "torch":
+        return store_kv, paged_attention
+    if backend != "triton":
+        raise ValueError(f"attention_backend must be 'auto', 'torch' or 'triton', got {backend!r}")
+    if torch.device(device).type == "cpu":
+        enable_triton_interpreter()
+    from minfer.ops.triton_paged_attention import triton_paged_attention
+    from minfer.ops.triton_store_kv import triton_store_kv
+
+    return triton_store_kv, triton_paged_attention
+
+
+def enable_triton_interpreter() -> None:
+    """Run Triton kernels on the CPU (numpy) -- only possible before any kernel module is imported,
+    because ``@triton.jit`` reads ``TRITON_INTERPRET`` when it decorates the kernel."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return
+    import sys
+
+    loaded = [m for m in ("minfer.ops.triton_store_kv", "minfer.ops.triton_paged_attention") if m in sys.modules]
+    if loaded:
+        raise RuntimeError(
+            "attention_backend='triton' on the CPU needs Triton's interpreter, but the kernels were already "
+            f"imported without it ({', '.join(loaded)}). Set TRITON_INTERPRET=1 before importing minfer, "
+            "or restart the Python process."
+        )
+    os.environ["TRITON_INTERPRET"] = "1"

@@ -1,0 +1,354 @@
+"""The iteration-level scheduler: the batch is formed anew before every forward pass.
+
+One ``schedule()`` decides what the next step computes:
+
+1. **Running requests first**, in policy rank. Each needs ``num_tokens - num_computed_tokens`` tokens:
+   one for a decode, the rest of its prompt (in chunks) for a prefill. A request whose next tokens need a
+   block the pool cannot give **preempts** the lowest-ranked running request (the last in the list):
+   its blocks are freed, it goes back to the front of the queue, and it will recompute later.
+2. **Then waiting requests**, in queue order, while the step's budgets and the pool allow -- but not in a
+   step that had to preempt (memory is short; admitting more would only preempt again).
+
+``update()`` then takes the sampled tokens: it advances each request, appends tokens, checks stop
+conditions, and frees the blocks of finished requests at once, so the very next step can use them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+from dataclasses import dataclass, field
+
+from minfer.config import EngineConfig
+from minfer.kv.block_pool import BlockPool, chain_hashes
+from minfer.request import Request, RequestStatus
+from minfer.scheduler.policy import make_policy
+
+
+@dataclass(slots=True)
+class ScheduledChunk:
+    """Tokens ``start .. start + num_tokens`` of one request, computed in this step."""
+
+    request: Request
+    start: int
+    num_tokens: int
+    is_decode: bool  # one token, the one sampled last step (else: a prompt chunk, or a recompute)
+
+    @property
+    def samples(self) -> bool:
+        """Does this chunk reach the request's last token? Then the step samples its next token."""
+        return self.start + self.num_tokens == self.request.num_tokens
+
+
+@dataclass(slots=True)
+class SchedulerOutput:
+    chunks: list[ScheduledChunk] = field(default_factory=list)
+    admitted: list[Request] = field(default_factory=list)  # left the queue this step
+    preempted: list[Request] = field(default_factory=list)  # lost their blocks this step
+    finished: list[Request] = field(default_factory=list)  # ended by the scheduler: rejected, timeout
+    num_cached_tokens: int = 0  # prompt tokens that admission found in the prefix cache
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return sum(c.num_tokens for c in self.chunks if not c.is_decode)
+
+    @property
+    def num_decode_tokens(self) -> int:
+        return sum(1 for c in self.chunks if c.is_decode)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.chunks
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig, pool: BlockPool, max_model_len: int) -> None:
+        self.config, self.pool, self.max_model_len = config, pool, max_model_len
+        self.block_size = pool.block_size
+        self.policy = make_policy(config.policy, config.tenant_weights)
+        self.running: list[Request] = []  # kept sorted by policy rank
+        self._rank_keys: list = []  # rank of each running request, parallel to self.running
+        self.pending: list[tuple[float, int, Request]] = []  # heap of future arrivals
+        self.requests: dict[str, Request] = {}  # every unfinished request
+        self._seq = itertools.count()
+        self.max_num_batched_tokens = config.max_num_batched_tokens or (
+            (config.chunked_prefill_size if config.enable_chunked_prefill else max_model_len)
+            + config.max_num_seqs
+        )
+        self._finished_early: list[Request] = []  # ended outside update(): reported by the next step
+        self.prefill_rate: float | None = None  # prompt tokens/s over recent steps (for SLO shedding)
+        self.queued_since: dict[str, float] = {}  # when a promoted request's queue-time clock restarted
+
+    # ---- the queue -------------------------------------------------------------------------------
+    def add_request(self, req: Request, now: float) -> None:
+        self.requests[req.request_id] = req
+        if req.arrival_time > now:
+            req.status = RequestStatus.PENDING
+            heapq.heappush(self.pending, (req.arrival_time, next(self._seq), req))
+        else:
+            self._enqueue(req)
+
+    def _enqueue(self, req: Request) -> None:
+        cap = self.config.max_waiting
+        if cap is not None and len(self.policy) >= cap:
+            self._finish(req, "rejected", f"queue full (max_waiting={cap})", req.arrival_time)
+            self._finished_early.append(req)
+            return
+        req.status = RequestStatus.WAITING
+        self.policy.push(req)
+
+    def _release_arrivals(self, now: float) -> None:
+        while self.pending and self.pending[0][0] <= now:
+            self._enqueue(heapq.heappop(self.pending)[2])
+
+    def next_arrival_time(self) -> float | None:
+        return self.pending[0][0] if self.pending else None
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.policy)
+
+    @property
+    def num_pending(self) -> int:
+        return len(self.pending)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.requests)
+
+    # ---- one step --------------------------------------------------------------------------------
+    def schedule(self, now: float) -> SchedulerOutput:
+        cfg = self.config
+        out = SchedulerOutput(finished=self._finished_early)
+        self._finished_early = []
+        self._release_arrivals(now)
+        self._drop_expired(now, out)
+        if cfg.priority_preemption:
+            self._preempt_for_priority(out)
+
+        tokens_left = self.max_num_batched_tokens
+        prompt_left = cfg.chunked_prefill_size if cfg.enable_chunked_prefill else self.max_model_len
+        chunks_left = cfg.max_prefill_chunks_per_step
+
+        # 1. running requests, most important first
+        i = 0
+        while i < len(self.running) and tokens_left > 0:
+            req = self.running[i]
+            n = req.num_tokens - req.num_computed_tokens
+            if n > 1:  # still in prefill: its next chunk, if this step has prefill room left
+                n = min(n, prompt_left, tokens_left) if chunks_left else 0
+                if n == 0:
+                    i += 1
+                    continue
+            while self.pool.blocks_needed(req.request_id, n) > self.pool.num_free_blocks:
+                victim = self.running[-1]  # the lowest rank; maybe req itself
+                self._preempt(victim, out)
+                if victim is req:
+                    break
+            else:
+                self._run_chunk(req, n, out)
+                tokens_left -= n
+                if not out.chunks[-1].is_decode:
+                    prompt_left -= n
+                    chunks_left -= 1
+                i += 1
+                continue
+            break  # req preempted itself: everything after it is gone too
+
+        # 2. waiting requests, in queue order, while budgets and memory allow
+        while (not out.preempted and tokens_left > 0 and len(self.running) < cfg.max_num_seqs
+               and (req := self.policy.peek()) is not None):
+            hits = self._prefix_hits(req)
+            computed = len(hits) * self.block_size
+            n = req.num_tokens - computed
+            if n > 1:
+                if not chunks_left:
+                    break
+                limit = min(prompt_left, tokens_left)
+                if cfg.enable_chunked_prefill:
+                    n = min(n, limit)
+                elif n > limit and out.chunks:  # unchunked: the whole prompt, alone if it must
+                    break
+            total_blocks = -(-(computed + n) // self.block_size)
+            if cfg.admission == "reserve":  # room for every token it may ever hold
+                total_blocks = max(total_blocks, -(-(req.num_prompt_tokens + req.params.max_tokens - 1)
+                                                   // self.block_size))
+            fresh_hits = sum(1 for b in hits if self.pool.ref_counts[b] == 0)  # leave the free list
+            if total_blocks - len(hits) + fresh_hits > self.pool.num_free_blocks:
+                break  # head-of-line: wait for memory rather than let smaller requests overtake
+            self.policy.pop()
+            self._admit(req, hits, total_blocks, now, out)
+            self._run_chunk(req, n, out)
+            tokens_left -= n
+            if not out.chunks[-1].is_decode:
+                prompt_left -= n
+                chunks_left -= 1
+        return out
+
+    def _run_chunk(self, req: Request, n: int, out: SchedulerOutput) -> None:
+        start = req.num_computed_tokens
+        self.pool.append_slots(req.request_id, n)
+        is_decode = n == 1 and start == req.num_tokens - 1 and req.num_output_tokens > 0
+        out.chunks.append(ScheduledChunk(req, start, n, is_decode))
+        self.policy.on_scheduled(req, n)
+
+    def _prefix_hits(self, req: Request) -> list[int]:
+        """Cached blocks of the request's longest cached prefix, leaving at least one token to compute
+        (the step must produce the logits of the last token)."""
+        if not self.config.enable_prefix_caching:
+            return []
+        req.block_hashes = chain_hashes(req.all_token_ids(), self.block_size, req.block_hashes)
+        return self.pool.lookup(req.block_hashes[: (req.num_tokens - 1) // self.block_size])
+
+    def _admit(self, req: Request, hits: list[int], total_blocks: int, now: float,
+               out: SchedulerOutput) -> None:
+        rid = req.request_id
+        if hits:
+            self.pool.share(rid, hits)
+            req.num_computed_tokens = len(hits) * self.block_size
+            out.num_cached_tokens += req.num_computed_tokens
+            if req.metrics.first_scheduled_time is None:
+                req.metrics.num_cached_tokens = req.num_computed_tokens
+        # every block it needs now (with admission="reserve": every block it may ever need)
+        self.pool.allocate(rid, total_blocks - len(hits))
+        req.status = RequestStatus.RUNNING
+        req.admitted_seq = next(self._seq)
+        if req.metrics.first_scheduled_time is None:
+            req.metrics.first_scheduled_time = now
+        key = self.policy.rank(req)
+        at = bisect.bisect_right(self._rank_keys, key)
+        self.running.insert(at, req)
+        self._rank_keys.insert(at, key)
+        out.admitted.append(req)
+
+    def _remove_running(self, req: Request) -> None:
+        i = self.running.index(req)
+        del self.running[i], self._rank_keys[i]
+
+    def _preempt(self, req: Request, out: SchedulerOutput) -> None:
+        """Recompute-style preemption: drop its KV blocks, keep its tokens, queue it at the front."""
+        self._remove_running(req)
+        self.pool.free(req.request_id)
+        req.num_computed_tokens = 0
+        req.status = RequestStatus.WAITING
+        req.metrics.num_preemptions += 1
+        self.policy.push_front(req)
+        out.preempted.append(req)
+
+    def _preempt_for_priority(self, out: SchedulerOutput) -> None:
+        """policy="priority" with priority_preemption: a waiting request that outranks the lowest running
+        one takes its place when it could not otherwise start (no sequence slot or too little memory)."""
+        while self.running and (head := self.policy.peek()) is not None:
+            victim = self.running[-1]
+            if head.priority >= victim.priority:
+                return
+            need = -(-(head.num_tokens - head.num_computed_tokens) // self.block_size)
+            if len(self.running) < self.config.max_num_seqs and need <= self.pool.num_free_blocks:
+                return
+            self._preempt(victim, out)
+
+    def _drop_expired(self, now: float, out: SchedulerOutput) -> None:
+        """Queue timeouts and SLO shedding (both off by default)."""
+        cfg = self.config
+        if cfg.max_queue_time is None and cfg.ttft_slo is None:
+            return
+        from minfer.scheduler.shedding import expired_requests
+
+        for req, reason, why in expired_requests(self, now):
+            if reason == "promote":
+                self.policy.remove(req)
+                req.priority -= 1
+                self.queued_since[req.request_id] = now  # its timeout clock restarts at the new level
+                self.policy.push(req)
+                continue
+            self.policy.remove(req)
+            self._finish(req, reason, why, now)
+            out.finished.append(req)
+
+    # ---- after the forward pass ------------------------------------------------------------------
+    def observe_step(self, out: SchedulerOutput, duration: float) -> None:
+        """Learn the prefill rate from a finished step (an exponential moving average)."""
+        n = out.num_prefill_tokens
+        if n and duration > 0:
+            rate = n / duration
+            self.prefill_rate = rate if self.prefill_rate is None else 0.8 * self.prefill_rate + 0.2 * rate
+
+    def update(self, out: SchedulerOutput, sampled: dict[str, int], now: float) -> list[Request]:
+        """Advance every scheduled request; returns those that got a token (some now finished)."""
+        changed = []
+        caching = self.config.enable_prefix_caching
+        for chunk in out.chunks:
+            req = chunk.request
+            req.num_computed_tokens += chunk.num_tokens
+            if caching:
+                req.block_hashes = chain_hashes(req.all_token_ids(), self.block_size, req.block_hashes)
+                self.pool.cache_blocks(req.request_id, req.block_hashes, req.num_computed_tokens)
+            token = sampled.get(req.request_id)
+            if token is None:
+                continue
+            req.output_token_ids.append(token)
+            m = req.metrics
+            if m.first_token_time is None:
+                m.first_token_time = now
+            m.token_times.append(now)
+            reason, why = self._stop_reason(req, token)
+            if reason:
+                self._finish(req, reason, why, now)
+            changed.append(req)
+        return changed
+
+    def _stop_reason(self, req: Request, token: int) -> tuple[str | None, str | int | None]:
+        p = req.params
+        if not p.ignore_eos and token in req.eos_token_ids:
+            return "stop", token
+        if p.stop_token_ids and token in p.stop_token_ids:
+            return "stop", token
+        if req.num_output_tokens >= p.max_tokens:
+            return "length", None
+        if req.num_tokens >= self.max_model_len:
+            return "length", f"max_model_len={self.max_model_len}"
+        return None, None
+
+    def finish(self, req: Request, reason: str, why: str | int | None, now: float) -> None:
+        """End a request from outside (a stop string, an abort)."""
+        if req.status is RequestStatus.WAITING:
+            self.policy.remove(req)
+        elif req.status is RequestStatus.PENDING:
+            self.pending = [e for e in self.pending if e[2] is not req]
+            heapq.heapify(self.pending)
+        self._finish(req, reason, why, now)
+
+    def _finish(self, req: Request, reason: str, why: str | int | None, now: float) -> None:
+        if req.status is RequestStatus.RUNNING:
+            self._remove_running(req)
+            self.pool.free(req.request_id)
+        req.status = RequestStatus.FINISHED
+        req.finish_reason, req.stop_reason = reason, why
+        req.metrics.finished_time = now
+        self.requests.pop(req.request_id, None)
+        self.queued_since.pop(req.request_id, None)
+
+    # ---- checks ----------------------------------------------------------------------------------
+    def check_invariants(self) -> None:
+        """Raise ``AssertionError`` if scheduler and pool disagree. Tests call this after every step."""
+        run_ids = [r.request_id for r in self.running]
+        assert len(set(run_ids)) == len(run_ids), "a request runs twice"
+        assert len(self.running) <= self.config.max_num_seqs, "more running than max_num_seqs"
+        assert self._rank_keys == sorted(self._rank_keys), "running list out of rank order"
+        assert self._rank_keys == [self.policy.rank(r) for r in self.running], "stale rank keys"
+        waiting = list(self.policy)
+        assert len(waiting) == len(self.policy), "queue length disagrees with its contents"
+        for r in self.running:
+            assert r.status is RequestStatus.RUNNING, f"{r.request_id} in running list is {r.status}"
+            assert r.num_computed_tokens <= r.num_tokens, f"{r.request_id} computed tokens it does not have"
+            assert self.pool.num_tokens[r.request_id] == r.num_computed_tokens, (
+                f"{r.request_id}: pool holds {self.pool.num_tokens[r.request_id]} slots, "
+                f"request computed {r.num_computed_tokens}"
+            )
+        for r in waiting:
+            assert r.status is RequestStatus.WAITING and r.num_computed_tokens == 0, (
+                f"{r.request_id} waits while {r.status} with {r.num_computed_tokens} computed tokens"
+            )
+        ids = set(run_ids) | {r.request_id for r in waiting} | {e[2].request_id for e in self.pending}
+        assert ids == set(self.requests), "a request is lost or counted twice between the queues"
+        self.pool.check_invariants(owners=run_ids)

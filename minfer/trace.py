@@ -1,0 +1,77 @@
+"""StepTrace: one plain record per engine step -- the single source for metrics, widgets and tests.
+
+It says who ran and how (prefill or decode tokens per request), who holds how many KV blocks, how long
+the queues were, who was admitted, preempted or finished, and how long the step took. Widgets only
+render these records; tests assert on them; a trace saved as JSON lines replays anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+
+@dataclass(slots=True)
+class StepTrace:
+    step: int
+    start_time: float  # engine clock (seconds) when the step began
+    duration: float  # seconds: measured (real model) or modelled (simulator)
+    prefill_tokens: dict[str, int]  # request id → prompt (or recompute) tokens computed this step
+    decode_tokens: dict[str, int]  # request id → 1 for each decoding request
+    positions: dict[str, int]  # request id → position of the first token it computed this step
+    blocks: dict[str, int]  # request id → KV blocks held after the step (running requests)
+    num_running: int
+    num_waiting: int
+    num_pending: int  # not yet arrived
+    num_free_blocks: int
+    num_blocks: int
+    admitted: list[str] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+    finish_reasons: dict[str, str] = field(default_factory=dict)
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache at admission this step
+    num_cached_blocks: int = 0  # blocks in the prefix-hash index after the step
+    scheduler_time: float = 0.0  # seconds of CPU spent scheduling and updating (not the forward)
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return sum(self.prefill_tokens.values())
+
+    @property
+    def num_decode_tokens(self) -> int:
+        return sum(self.decode_tokens.values())
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prefill_tokens + self.num_decode_tokens
+
+    @property
+    def batch_size(self) -> int:
+        """Requests that computed something in this step."""
+        return len(self.prefill_tokens.keys() | self.decode_tokens.keys())
+
+    @property
+    def end_time(self) -> float:
+        return self.start_time + self.duration
+
+    def describe(self) -> str:
+        """One line, as the chapters print it: ``Step 3: [A: token 41] [C: prefill 0-512]``."""
+        pos = self.positions
+        parts = [f"[{r}: token {pos[r]}]" for r in self.decode_tokens]
+        parts += [f"[{r}: prefill {pos[r]}-{pos[r] + n}]" for r, n in self.prefill_tokens.items()]
+        extra = "".join(f" preempt:{r}" for r in self.preempted) + "".join(f" done:{r}" for r in self.finished)
+        return f"Step {self.step}: " + (" ".join(parts) or "(idle)") + extra
+
+
+def save_trace(trace: list[StepTrace], path: str | Path) -> None:
+    """JSON lines, one step per line."""
+    with open(path, "w") as f:
+        for t in trace:
+            f.write(json.dumps(asdict(t)) + "\n")
+
+
+def load_trace(path: str | Path) -> list[StepTrace]:
+    names = {f.name for f in fields(StepTrace)}
+    with open(path) as f:
+        return [StepTrace(**{k: v for k, v in json.loads(line).items() if k in names}) for line in f if line.strip()]
