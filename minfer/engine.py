@@ -66,6 +66,7 @@ class LLMEngine:
         self.finished: list[Request] = []  # every request that ended, in order (metrics read these)
         self._texts: dict[str, str] = {}  # detokenized output so far, per unfinished request
         self._aborted: list[Request] = []
+        self._stream = True  # an output for every request that got a token (run() needs only the finished)
         self._step_index = 0
         if config.executor == "sim":
             from minfer.sim.executor import build_sim_executor
@@ -88,6 +89,8 @@ class LLMEngine:
         dtype = resolve_dtype(cfg.dtype, cfg.device)
         if cfg.device.startswith("cuda") and not torch.cuda.is_available():
             raise ValueError("device='cuda' but torch sees no CUDA GPU (is a CUDA build of torch installed?)")
+        # before any weights load: on the CPU, Triton's interpreter must be on before `triton` is imported
+        store_kv, paged_attention = attention_ops(cfg.attention_backend, cfg.device)
         if model is None:
             model, tokenizer = load_model(cfg.model, cfg.device, dtype)
         elif tokenizer is None:
@@ -101,12 +104,17 @@ class LLMEngine:
         num_blocks = cfg.num_blocks
         if num_blocks is None:
             if cfg.device.startswith("cuda"):
+                from minfer.cuda_graphs import profile_forward
+
+                # the largest step's activations stay reserved by PyTorch, so the pool leaves room for them
+                step_tokens = cfg.max_num_batched_tokens or cfg.max_num_seqs + (
+                    cfg.chunked_prefill_size if cfg.enable_chunked_prefill else self.max_model_len)
+                profile_forward(model, step_tokens, cfg.max_num_seqs)
                 num_blocks = num_blocks_for_gpu(mcfg, cfg.block_size, dtype, cfg.gpu_memory_utilization, cfg.device)
             else:
                 num_blocks = num_blocks_for_memory(mcfg, cfg.block_size, dtype, parse_bytes(cfg.kv_cache_memory))
         if num_blocks < 1:
             raise ValueError("no memory left for KV cache blocks: lower the model size or raise the memory budget")
-        store_kv, paged_attention = attention_ops(cfg.attention_backend, cfg.device)
         self.kv_cache = PagedKVCache(mcfg, num_blocks, cfg.block_size, dtype, cfg.device, store_kv, paged_attention)
         self.block_pool = BlockPool(num_blocks, cfg.block_size)
         self.executor = ModelRunner(model, self.kv_cache, self.block_pool, seed=cfg.seed)
@@ -134,11 +142,12 @@ class LLMEngine:
                 "and a request needs room for at least one new token"
             )
         bs, pool = self.config.block_size, self.block_pool
-        kv_slots = len(ids) + (params.max_tokens - 1 if self.config.admission == "reserve" else 0)
+        # the KV slots it holds at its longest (the last sampled token is never stored)
+        kv_slots = min(len(ids) + params.max_tokens, self.max_model_len) - 1
         if -(-kv_slots // bs) > pool.num_blocks:
             raise ValueError(
-                f"prompt of {len(ids)} tokens needs {-(-kv_slots // bs)} KV blocks of {bs} tokens but the whole "
-                f"pool has {pool.num_blocks} (num_blocks): it could never run"
+                f"prompt of {len(ids)} tokens + max_tokens={params.max_tokens} needs {-(-kv_slots // bs)} KV blocks "
+                f"of {bs} tokens but the whole pool has {pool.num_blocks} (num_blocks): it could never finish"
             )
         if arrival_time is not None and not math.isfinite(arrival_time):
             raise ValueError(f"arrival_time must be a finite number of seconds, got {arrival_time!r}")
@@ -204,7 +213,9 @@ class LLMEngine:
     def _outputs(self, changed: list[Request], ended: list[Request], now: float) -> list[RequestOutput]:
         """Outputs for requests that got a token, then for those that ended without one (refused, timed
         out, aborted). Finished requests move to ``self.finished``."""
-        outputs = [self._output(req, [req.output_token_ids[-1]], self._detokenize(req, now)) for req in changed]
+        texts = [(req, self._detokenize(req, now)) for req in changed]  # may finish a request (stop string)
+        outputs = [self._output(req, [req.output_token_ids[-1]], text) for req, text in texts
+                   if self._stream or req.is_finished]
         outputs += [self._output(req, [], "") for req in ended + self._aborted]
         self._aborted = []
         return outputs
@@ -264,12 +275,16 @@ class LLMEngine:
         """Step until every request has finished; returns each request's final output."""
         final: dict[str, RequestOutput] = {}
         total = self.num_unfinished_requests
-        with tqdm(total=total, disable=not progress, desc="requests", unit="req") as bar:
-            while self.has_unfinished_requests():
-                for o in self.step():
-                    if o.finished:
-                        final[o.request_id] = o
-                        bar.update(1)
+        self._stream = False  # nobody reads per-token outputs: skip them (each copies the tokens so far)
+        try:
+            with tqdm(total=total, disable=not progress, desc="requests", unit="req") as bar:
+                while self.has_unfinished_requests():
+                    for o in self.step():
+                        if o.finished:
+                            final[o.request_id] = o
+                            bar.update(1)
+        finally:
+            self._stream = True
         return list(final.values())
 
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
-from minfer import LLMEngine
-from minfer.model.loader import load_model
+if not torch.cuda.is_available():  # Triton fixes its mode at import (transformers imports it): interpreter
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # on a CPU, or attention_backend="triton" cannot run
+
+from minfer import LLMEngine  # noqa: E402
+from minfer.model.loader import load_model  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -47,6 +47,21 @@ class RMSNorm(nn.Module):
         return self.weight * x.to(dtype)
 
 
+class Linear(nn.Module):
+    """``y = x @ W (+ b)`` with ``W`` stored ``[in, out]``, transposed from ``nn.Linear``'s ``[out, in]``.
+    On the CPU, MKL multiplies this layout up to twice as fast for the short, wide activations of
+    inference (measured in chapter 01); on a GPU the two layouts run the same."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(in_features, out_features))
+        self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = x @ self.weight
+        return y if self.bias is None else y + self.bias
+
+
 def rope_inv_freq(cfg: ModelConfig) -> Tensor:
     """Rotary inverse frequencies, with Llama-3's long-context scaling when the config asks for it."""
     d = cfg.head_dim
@@ -93,12 +108,12 @@ class DecoderLayer(nn.Module):
         q_size, kv_size = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
         self.split = (q_size, kv_size, kv_size)
         # q, k and v (and gate and up) are fused: one matmul reads the activations once instead of three times
-        self.qkv_proj = nn.Linear(cfg.hidden_size, sum(self.split), bias=cfg.attention_bias)
-        self.o_proj = nn.Linear(q_size, cfg.hidden_size, bias=False)
+        self.qkv_proj = Linear(cfg.hidden_size, sum(self.split), bias=cfg.attention_bias)
+        self.o_proj = Linear(q_size, cfg.hidden_size)
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
-        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.gate_up_proj = Linear(cfg.hidden_size, 2 * cfg.intermediate_size)
+        self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
@@ -127,7 +142,8 @@ class LlamaModel(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.rotary = RotaryEmbedding(cfg)
-        self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        # the LM head keeps the embedding's [vocab, hidden] layout, so a tied head is the embedding itself
+        self.lm_head = None if cfg.tie_word_embeddings else nn.Embedding(cfg.vocab_size, cfg.hidden_size)
 
     @property
     def device(self) -> torch.device:
@@ -155,7 +171,11 @@ class LlamaModel(nn.Module):
 
 
 def fuse_hf_state_dict(cfg: ModelConfig, sd: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Map Hugging Face parameter names onto minfer's (fusing q/k/v and gate/up)."""
+    """Map Hugging Face parameter names onto minfer's: fuse q/k/v and gate/up, store matrices ``[in, out]``."""
+
+    def cat_t(*names: str) -> Tensor:  # [out, in] pieces → one [in, sum(out)] matrix
+        return torch.cat([sd[n] for n in names]).t().contiguous()
+
     out: dict[str, Tensor] = {"embed_tokens.weight": sd["model.embed_tokens.weight"],
                               "norm.weight": sd["model.norm.weight"]}
     if not cfg.tie_word_embeddings:
@@ -163,15 +183,15 @@ def fuse_hf_state_dict(cfg: ModelConfig, sd: dict[str, Tensor]) -> dict[str, Ten
     for i in range(cfg.num_layers):
         p, a = f"model.layers.{i}.", f"model.layers.{i}.self_attn."
         o = f"layers.{i}."
-        out[o + "qkv_proj.weight"] = torch.cat([sd[a + f"{n}_proj.weight"] for n in "qkv"])
+        out[o + "qkv_proj.weight"] = cat_t(*(a + f"{n}_proj.weight" for n in "qkv"))
         if cfg.attention_bias:
             out[o + "qkv_proj.bias"] = torch.cat([sd[a + f"{n}_proj.bias"] for n in "qkv"])
         if cfg.qk_norm:
             out[o + "q_norm.weight"] = sd[a + "q_norm.weight"]
             out[o + "k_norm.weight"] = sd[a + "k_norm.weight"]
-        out[o + "o_proj.weight"] = sd[a + "o_proj.weight"]
-        out[o + "gate_up_proj.weight"] = torch.cat([sd[p + "mlp.gate_proj.weight"], sd[p + "mlp.up_proj.weight"]])
-        out[o + "down_proj.weight"] = sd[p + "mlp.down_proj.weight"]
+        out[o + "o_proj.weight"] = cat_t(a + "o_proj.weight")
+        out[o + "gate_up_proj.weight"] = cat_t(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight")
+        out[o + "down_proj.weight"] = cat_t(p + "mlp.down_proj.weight")
         out[o + "input_layernorm.weight"] = sd[p + "input_layernorm.weight"]
         out[o + "post_attention_layernorm.weight"] = sd[p + "post_attention_layernorm.weight"]
     return out

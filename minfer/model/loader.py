@@ -141,8 +141,8 @@ def tiny_random_model(cfg: ModelConfig | None = None, seed: int = 0, device: str
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
-            elif p.dim() == 2:
-                std = 1.0 if "embed" in name else p.shape[1] ** -0.5
+            elif p.dim() == 2:  # embeddings [vocab, hidden]; matrices [in, out]
+                std = 1.0 if "embed" in name or "lm_head" in name else p.shape[0] ** -0.5
                 p.copy_(std * torch.randn(p.shape, generator=gen))
             else:
                 p.copy_(0.1 * torch.randn(p.shape, generator=gen))

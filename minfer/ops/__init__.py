@@ -37,17 +37,22 @@ def attention_ops(backend: str, device: torch.device | str):
 
 
 def enable_triton_interpreter() -> None:
-    """Run Triton kernels on the CPU (numpy) -- only possible before any kernel module is imported,
-    because ``@triton.jit`` reads ``TRITON_INTERPRET`` when it decorates the kernel."""
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        return
+    """Run Triton kernels on the CPU (numpy). Triton fixes its mode per function when ``@triton.jit``
+    decorates it: its own helpers (``tl.zeros``, ``tl.sum``) when ``triton`` is first imported -- which
+    importing ``transformers`` does -- and each kernel when its module is imported. So the variable must
+    be set before both; a clear error beats the interpreter's "cannot call @triton.jit'd" later."""
     import sys
 
-    loaded = [m for m in ("minfer.ops.triton_store_kv", "minfer.ops.triton_paged_attention") if m in sys.modules]
+    def compiled(module: str, fn: str) -> bool:  # imported, and its @triton.jit was not interpreted
+        return module in sys.modules and type(getattr(sys.modules[module], fn)).__name__ == "JITFunction"
+
+    jitted = (("triton.language", "zeros"), ("minfer.ops.triton_store_kv", "store_kv_kernel"),
+              ("minfer.ops.triton_paged_attention", "paged_attention_kernel"))
+    loaded = [m for m, fn in jitted if compiled(m, fn)]
     if loaded:
         raise RuntimeError(
-            "attention_backend='triton' on the CPU needs Triton's interpreter, but the kernels were already "
-            f"imported without it ({', '.join(loaded)}). Set TRITON_INTERPRET=1 before importing minfer, "
-            "or restart the Python process."
+            "attention_backend='triton' on the CPU needs Triton's interpreter, but Triton code was already "
+            f"imported without it ({', '.join(loaded)}). Set TRITON_INTERPRET=1 in the environment (or in "
+            "os.environ before importing minfer and transformers), or restart the Python process."
         )
     os.environ["TRITON_INTERPRET"] = "1"

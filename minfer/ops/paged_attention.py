@@ -38,10 +38,27 @@ def store_kv(k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, slot_mappin
     v_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, v)
 
 
-def gather_kv(cache: Tensor, block_tables: Tensor, length: int) -> Tensor:
-    """``[B, Hkv, length, D]``: each request's first ``length`` cached tokens, read through its block table."""
-    blocks = cache[block_tables[:, : -(-length // cache.shape[1])]]  # [B, nb, block_size, Hkv, D]
-    return blocks.flatten(1, 2)[:, :length].transpose(1, 2)
+_scratch: dict[tuple, Tensor] = {}
+
+
+def scratch(slot: int, numel: int, like: Tensor) -> Tensor:
+    """A reusable buffer of ``numel`` elements. Gathering K/V into fresh memory every layer costs more
+    than the copy itself (the OS must hand out and zero new pages), so gathers reuse these buffers."""
+    key = (slot, like.dtype, like.device, torch.is_inference_mode_enabled())  # inference tensors stay inside
+    buf = _scratch.get(key)
+    if buf is None or buf.numel() < numel:
+        buf = _scratch[key] = torch.empty(numel, dtype=like.dtype, device=like.device)
+    return buf[:numel]
+
+
+def gather_kv(cache: Tensor, block_tables: Tensor, length: int, slot: int = 0) -> Tensor:
+    """``[B, Hkv, length, D]``: each request's first ``length`` cached tokens, read through its block table
+    (a copy: the blocks of one request lie anywhere in the pool)."""
+    num_blocks, block_size, heads, dim = cache.shape
+    tables = block_tables[:, : -(-length // block_size)]
+    out = scratch(slot, tables.numel() * block_size * heads * dim, cache)
+    torch.index_select(cache.view(num_blocks, -1), 0, tables.flatten(), out=out.view(tables.numel(), -1))
+    return out.view(len(tables), -1, heads, dim)[:, :length].transpose(1, 2)
 
 
 def paged_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata) -> Tensor:
@@ -51,8 +68,8 @@ def paged_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: Attention
     if nd:  # all decodes in one batched call: each query is the newest token, so it sees its whole context
         lens = meta.seq_lens[:nd]
         length = int(lens.max())
-        keys = gather_kv(k_cache, meta.block_tables[:nd], length)
-        values = gather_kv(v_cache, meta.block_tables[:nd], length)
+        keys = gather_kv(k_cache, meta.block_tables[:nd], length, slot=0)
+        values = gather_kv(v_cache, meta.block_tables[:nd], length, slot=1)
         visible = torch.arange(length, device=q.device)[None, :] < lens[:, None]  # mask the padding
         o = F.scaled_dot_product_attention(q[:nd, :, None], keys, values, attn_mask=visible[:, None, None],
                                            enable_gqa=True)
@@ -61,8 +78,8 @@ def paged_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: Attention
     seq_lens = meta.seq_lens.tolist()
     for i in range(nd, len(seq_lens)):  # prefill chunks: a few per step, each a causal block
         s, e, length = starts[i], starts[i + 1], seq_lens[i]
-        keys = gather_kv(k_cache, meta.block_tables[i : i + 1], length)
-        values = gather_kv(v_cache, meta.block_tables[i : i + 1], length)
+        keys = gather_kv(k_cache, meta.block_tables[i : i + 1], length, slot=0)
+        values = gather_kv(v_cache, meta.block_tables[i : i + 1], length, slot=1)
         pos = torch.arange(length - (e - s), length, device=q.device)  # the chunk's positions
         visible = torch.arange(length, device=q.device)[None, :] <= pos[:, None]
         o = F.scaled_dot_product_attention(q[s:e].transpose(0, 1)[None], keys, values,

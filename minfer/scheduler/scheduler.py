@@ -135,9 +135,9 @@ class Scheduler:
         while i < len(self.running) and tokens_left > 0:
             req = self.running[i]
             n = req.num_tokens - req.num_computed_tokens
-            if n > 1:  # still in prefill: its next chunk, if this step has prefill room left
-                n = min(n, prompt_left, tokens_left) if chunks_left else 0
-                if n == 0:
+            if not self._is_decode(req, req.num_computed_tokens, n):  # still in prefill: its next chunk
+                n = min(n, prompt_left, tokens_left) if chunks_left > 0 else 0
+                if n <= 0:
                     i += 1
                     continue
             while self.pool.blocks_needed(req.request_id, n) > self.pool.num_free_blocks:
@@ -146,9 +146,9 @@ class Scheduler:
                 if victim is req:
                     break
             else:
-                self._run_chunk(req, n, out)
+                chunk = self._run_chunk(req, n, out)
                 tokens_left -= n
-                if not out.chunks[-1].is_decode:
+                if not chunk.is_decode:
                     prompt_left -= n
                     chunks_left -= 1
                 i += 1
@@ -156,19 +156,16 @@ class Scheduler:
             break  # req preempted itself: everything after it is gone too
 
         # 2. waiting requests, in queue order, while budgets and memory allow
-        while (not out.preempted and tokens_left > 0 and len(self.running) < cfg.max_num_seqs
-               and (req := self.policy.peek()) is not None):
+        while (not out.preempted and tokens_left > 0 and chunks_left > 0 and prompt_left > 0
+               and len(self.running) < cfg.max_num_seqs and (req := self.policy.peek()) is not None):
             hits = self._prefix_hits(req)
             computed = len(hits) * self.block_size
-            n = req.num_tokens - computed
-            if n > 1:
-                if not chunks_left:
-                    break
-                limit = min(prompt_left, tokens_left)
-                if cfg.enable_chunked_prefill:
-                    n = min(n, limit)
-                elif n > limit and out.chunks:  # unchunked: the whole prompt, alone if it must
-                    break
+            n = req.num_tokens - computed  # the whole prompt (or, after preemption, prompt + output)
+            limit = min(prompt_left, tokens_left)
+            if cfg.enable_chunked_prefill:
+                n = min(n, limit)
+            elif n > limit and out.chunks:  # unchunked: the whole prompt at once, alone if it must
+                break
             total_blocks = -(-(computed + n) // self.block_size)
             if cfg.admission == "reserve":  # room for every token it may ever hold
                 total_blocks = max(total_blocks, -(-(req.num_prompt_tokens + req.params.max_tokens - 1)
@@ -180,17 +177,22 @@ class Scheduler:
             self._admit(req, hits, total_blocks, now, out)
             self._run_chunk(req, n, out)
             tokens_left -= n
-            if not out.chunks[-1].is_decode:
-                prompt_left -= n
-                chunks_left -= 1
+            prompt_left -= n
+            chunks_left -= 1
         return out
 
-    def _run_chunk(self, req: Request, n: int, out: SchedulerOutput) -> None:
+    @staticmethod
+    def _is_decode(req: Request, start: int, n: int) -> bool:
+        """One token, the one sampled last step. Anything else is a prompt chunk or a recompute."""
+        return n == 1 and start == req.num_tokens - 1 and req.num_output_tokens > 0
+
+    def _run_chunk(self, req: Request, n: int, out: SchedulerOutput) -> ScheduledChunk:
         start = req.num_computed_tokens
         self.pool.append_slots(req.request_id, n)
-        is_decode = n == 1 and start == req.num_tokens - 1 and req.num_output_tokens > 0
-        out.chunks.append(ScheduledChunk(req, start, n, is_decode))
+        chunk = ScheduledChunk(req, start, n, self._is_decode(req, start, n))
+        out.chunks.append(chunk)
         self.policy.on_scheduled(req, n)
+        return chunk
 
     def _prefix_hits(self, req: Request) -> list[int]:
         """Cached blocks of the request's longest cached prefix, leaving at least one token to compute

@@ -1,0 +1,135 @@
+"""Baselines that continuous batching is measured against.
+
+* ``static_batching``: request-level batching on minfer's own model -- take ``batch_size`` requests, pad
+  their prompts to the longest, and decode every row until the longest output is done. Finished rows
+  keep computing (bubbles); the next batch waits for the whole batch. This is how inference worked
+  before iteration-level scheduling, and chapter 02 measures its waste.
+* ``hf_generate_static``: Hugging Face ``generate`` on static batches (left padding).
+* ``hf_continuous_batching``: Hugging Face's own continuous batching manager.
+
+Every baseline does the same useful work as the engine -- each request's prompt and exactly
+``max_tokens`` output tokens (EOS ignored) -- so "useful output tokens per second" compares like with like.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from minfer.kv.contiguous import ContiguousKVCache
+from minfer.model.llama import LlamaModel
+
+
+@dataclass(slots=True)
+class BaselineResult:
+    name: str
+    output_tokens: int  # useful output tokens (each request's own max_tokens)
+    seconds: float
+    outputs: list[list[int]] = field(default_factory=list)  # generated ids per request, in input order
+    steps: list[dict[str, int]] = field(default_factory=list)  # static batching: per-step slot accounting
+
+    @property
+    def throughput(self) -> float:
+        return self.output_tokens / self.seconds if self.seconds > 0 else float("nan")
+
+
+def _batches(n: int, size: int) -> list[range]:
+    return [range(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+@torch.inference_mode()
+def static_batching(model: LlamaModel, prompts: Sequence[Sequence[int]], max_tokens: Sequence[int],
+                    batch_size: int = 16) -> BaselineResult:
+    """Greedy request-level batching with padding; ``steps`` records, per forward pass, how many slots
+    computed useful tokens, padding, or finished rows (bubbles)."""
+    dev = model.device
+    longest = max(map(len, prompts)) + max(max_tokens)  # finished rows keep decoding to the end
+    cache = ContiguousKVCache(model.config, batch_size, longest, model.dtype, dev)
+    outputs: list[list[int]] = [[] for _ in prompts]
+    steps: list[dict[str, int]] = []
+    start = time.perf_counter()
+    for batch in _batches(len(prompts), batch_size):
+        rows = list(batch)
+        b = len(rows)
+        lens = torch.tensor([len(prompts[i]) for i in rows], device=dev)
+        width = int(lens.max())
+        ids = torch.zeros(b, width, dtype=torch.long, device=dev)  # right padding with token 0
+        for r, i in enumerate(rows):
+            ids[r, : len(prompts[i])] = torch.tensor(prompts[i])
+        positions = torch.arange(width, device=dev).expand(b, width)
+        slots = torch.arange(b, device=dev)
+        hidden = model(ids.flatten(), positions.flatten(), cache.attention(slots, positions))
+        last = hidden.view(b, width, -1)[torch.arange(b, device=dev), lens - 1]
+        token = model.compute_logits(last).argmax(-1)
+        useful = int(lens.sum())
+        steps.append({"batch_slots": batch_size, "useful": useful, "padding": b * width - useful,
+                      "idle_slots": batch_size - b, "bubbles": 0})
+        budget = [max_tokens[i] for i in rows]
+        pos = lens.clone()
+        for r, i in enumerate(rows):
+            outputs[i].append(int(token[r]))
+        for t in range(1, max(budget)):  # every row decodes until the longest is done
+            hidden = model(token, pos, cache.attention(slots, pos[:, None]))
+            token = model.compute_logits(hidden).argmax(-1)
+            pos += 1
+            live = [r for r in range(b) if t < budget[r]]
+            for r in live:
+                outputs[rows[r]].append(int(token[r]))
+            steps.append({"batch_slots": batch_size, "useful": len(live), "padding": 0,
+                          "idle_slots": batch_size - b, "bubbles": b - len(live)})
+    seconds = time.perf_counter() - start
+    return BaselineResult("minfer static batching", sum(max_tokens), seconds, outputs, steps)
+
+
+@torch.inference_mode()
+def hf_generate_static(hf_model, prompts: Sequence[Sequence[int]], max_tokens: Sequence[int],
+                       batch_size: int = 16, pad_token_id: int = 0) -> BaselineResult:
+    """Hugging Face ``generate`` (greedy) in static batches, left-padded; EOS ignored via ``min_new_tokens``."""
+    dev = hf_model.device
+    outputs: list[list[int]] = [[] for _ in prompts]
+    start = time.perf_counter()
+    for batch in _batches(len(prompts), batch_size):
+        rows = list(batch)
+        width = max(len(prompts[i]) for i in rows)
+        ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
+        mask = torch.zeros(len(rows), width, dtype=torch.long)
+        for r, i in enumerate(rows):
+            n = len(prompts[i])
+            ids[r, width - n:] = torch.tensor(prompts[i])
+            mask[r, width - n:] = 1
+        new = max(max_tokens[i] for i in rows)
+        out = hf_model.generate(ids.to(dev), attention_mask=mask.to(dev), max_new_tokens=new, min_new_tokens=new,
+                                do_sample=False, pad_token_id=pad_token_id)
+        for r, i in enumerate(rows):
+            outputs[i] = out[r, width : width + max_tokens[i]].tolist()
+    seconds = time.perf_counter() - start
+    return BaselineResult("HF generate, static batches", sum(max_tokens), seconds, outputs)
+
+
+@torch.inference_mode()
+def hf_continuous_batching(hf_model, prompts: Sequence[Sequence[int]], max_tokens: Sequence[int]) -> BaselineResult:
+    """Hugging Face's continuous batching manager (transformers >= 5), greedy, EOS disabled, each
+    request with its own ``max_new_tokens``."""
+    from transformers import GenerationConfig
+
+    config = GenerationConfig(do_sample=False, max_new_tokens=max(max_tokens), eos_token_id=-1)
+    outputs: list[list[int]] = [[] for _ in prompts]
+    start = time.perf_counter()
+    with hf_model.continuous_batching_context_manager(generation_config=config, block=True, timeout=30) as manager:
+        ids = {manager.add_request(list(p), request_id=f"r{i}", max_new_tokens=m, eos_token_id=-1): i
+               for i, (p, m) in enumerate(zip(prompts, max_tokens))}
+        done = 0
+        while done < len(prompts):
+            result = manager.get_result(timeout=1)
+            if result is None:
+                if not manager.is_running():
+                    raise RuntimeError("Hugging Face's continuous batching loop stopped early")
+                continue
+            if result.is_finished():
+                outputs[ids[result.request_id]] = list(result.generated_tokens)
+                done += 1
+    seconds = time.perf_counter() - start
+    return BaselineResult("HF continuous batching", sum(max_tokens), seconds, outputs)
