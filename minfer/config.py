@@ -85,6 +85,11 @@ class EngineConfig:
         choice("attention_backend", BACKENDS)
         choice("dtype", DTYPES)
         choice("queue_timeout_action", TIMEOUT_ACTIONS)
+        for name, on in (("priority_preemption", self.priority_preemption),
+                         ("queue_timeout_action='promote'", self.queue_timeout_action == "promote")):
+            if on and self.policy != "priority":
+                raise ValueError(f"{name} acts on request priorities: it needs policy='priority', "
+                                 f"got policy={self.policy!r}")
         if not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
         for name in ("block_size", "max_num_seqs", "chunked_prefill_size", "max_prefill_chunks_per_step"):

@@ -13,8 +13,12 @@ from minfer.scheduler.policy import Policy
 
 
 class PriorityPolicy(Policy):
-    """Lower ``priority`` value first; ties by arrival. A preempted request goes ahead of its equals
-    that never ran. A heap with lazy deletion keeps push/pop O(log n) for long simulated queues."""
+    """Lower ``priority`` value first; ties by arrival. A preempted request goes ahead of its equals that
+    never ran. Running requests rank by ``(priority, admitted_seq)``, so the preemption victim is the lowest
+    priority and, among those, the most recently admitted.
+
+    A heap with lazy deletion keeps push/pop O(log n) for long simulated queues: ``remove`` only forgets a
+    request, and its stale heap entry is dropped when it reaches the top."""
 
     name = "priority"
 
@@ -26,7 +30,7 @@ class PriorityPolicy(Policy):
     def _push(self, req: Request, front: bool) -> None:
         seq = next(self.counter)
         heapq.heappush(self.heap, (req.priority, 0 if front else 1, req.arrival_time, seq, req))
-        self.live[req.request_id] = seq
+        self.live[req.request_id] = seq  # a newer entry for the same request makes the old one stale
 
     def push(self, req: Request) -> None:
         self._push(req, front=False)
@@ -52,7 +56,7 @@ class PriorityPolicy(Policy):
         return req
 
     def remove(self, req: Request) -> None:
-        del self.live[req.request_id]  # the stale heap entry is dropped when it reaches the top
+        del self.live[req.request_id]
 
     def __len__(self) -> int:
         return len(self.live)
@@ -63,56 +67,97 @@ class PriorityPolicy(Policy):
     def rank(self, req: Request) -> Any:
         return (req.priority, req.admitted_seq)
 
+    def promote(self, req: Request) -> None:
+        """One level up (aging): a request passed over by a stream of more important ones still gets its
+        turn. Its ``priority`` field keeps the level it reached."""
+        req.priority -= 1
+        self._push(req, front=False)
+
 
 class FairPolicy(Policy):
-    """Weighted fair queuing between tenants by tokens served: the next request comes from the
-    tenant with the least ``served / weight``, so a tenant that floods the queue only delays itself.
-    Within a tenant, first come first served."""
+    """Weighted fair queuing between tenants, by tokens served.
+
+    Each tenant has a *level*: the tokens computed for it (prompt chunks and decodes) divided by its weight.
+    The next request comes from the waiting tenant with the lowest level, so service evens out: a tenant that
+    floods the queue only delays itself, and while both wait, a tenant of weight 2 gets twice the tokens of a
+    tenant of weight 1. Within a tenant: first come, first served.
+
+    An idle tenant must not bank credit: back after a long pause, its level would be far below the others' and
+    it would monopolise admissions until it caught up. So a tenant whose queue was empty re-enters at no less
+    than the *virtual time* ``vtime``: the level of the tenant picked last, i.e. the current fair level. (This
+    is start-time fair queuing; ``vtime`` never decreases.)
+    """
 
     name = "fair"
 
     def __init__(self, weights: dict[str, float]) -> None:
         self.weights = weights
-        self.queues: dict[str | None, deque[Request]] = defaultdict(deque)
-        self.served: dict[str | None, float] = defaultdict(float)  # tokens computed, per tenant
+        self.queues: dict[str | None, deque[Request]] = {}  # only tenants with waiting requests
+        self.served: defaultdict[str | None, float] = defaultdict(float)  # tokens computed, per tenant
+        self.vtime = 0.0
         self.size = 0
 
     def weight(self, tenant: str | None) -> float:
         return self.weights.get(tenant, 1.0) if tenant is not None else 1.0
 
-    def _tenant(self) -> str | None:
-        candidates = [t for t, q in self.queues.items() if q]
-        return min(candidates, key=lambda t: (self.served[t] / self.weight(t), self.queues[t][0].arrival_time))
+    def level(self, tenant: str | None) -> float:
+        return self.served[tenant] / self.weight(tenant)
+
+    def _queue(self, tenant: str | None) -> deque[Request]:
+        """The tenant's queue; a tenant that had none is (re)activated at the virtual time."""
+        q = self.queues.get(tenant)
+        if q is None:
+            q = self.queues[tenant] = deque()
+            # no banked credit: an idle tenant comes back at the current fair level, not below it
+            self.served[tenant] = max(self.served[tenant], self.vtime * self.weight(tenant))
+        return q
+
+    def _next_tenant(self) -> str | None:
+        return min(self.queues, key=lambda t: (self.level(t), self.queues[t][0].arrival_time))
 
     def push(self, req: Request) -> None:
-        if not self.queues[req.tenant] and self.served:
-            # a tenant returning from idle starts at the least service among active tenants: no banked credit
-            active = [self.served[t] / self.weight(t) for t, q in self.queues.items() if q]
-            if active:
-                self.served[req.tenant] = max(self.served[req.tenant], min(active) * self.weight(req.tenant))
-        self.queues[req.tenant].append(req)
+        self._queue(req.tenant).append(req)
         self.size += 1
 
     def push_front(self, req: Request) -> None:
-        self.queues[req.tenant].appendleft(req)
+        self._queue(req.tenant).appendleft(req)
         self.size += 1
 
     def peek(self) -> Request | None:
-        return self.queues[self._tenant()][0] if self.size else None
+        return self.queues[self._next_tenant()][0] if self.size else None
 
     def pop(self) -> Request:
-        self.size -= 1
-        return self.queues[self._tenant()].popleft()
+        tenant = self._next_tenant()
+        self.vtime = max(self.vtime, self.level(tenant))
+        return self._take(tenant, self.queues[tenant].popleft())
 
     def remove(self, req: Request) -> None:
         self.queues[req.tenant].remove(req)
+        self._take(req.tenant, req)
+
+    def _take(self, tenant: str | None, req: Request) -> Request:
         self.size -= 1
+        if not self.queues[tenant]:
+            del self.queues[tenant]  # idle now: it re-enters at the virtual time
+        return req
 
     def __len__(self) -> int:
         return self.size
 
     def __iter__(self) -> Iterator[Request]:
-        return (r for q in list(self.queues.values()) for r in q)
+        """The admission order if nothing else changed: tenants interleaved by level, each admitted request
+        raising its tenant's level by its own tokens (an estimate: decodes add more later)."""
+        heap = [(self.level(t), q[0].arrival_time, i, t) for i, (t, q) in enumerate(self.queues.items())]
+        heapq.heapify(heap)
+        pos = dict.fromkeys(self.queues, 0)
+        while heap:
+            level, _, i, t = heapq.heappop(heap)
+            q = self.queues[t]
+            req = q[pos[t]]
+            yield req
+            pos[t] += 1
+            if pos[t] < len(q):
+                heapq.heappush(heap, (level + req.num_tokens / self.weight(t), q[pos[t]].arrival_time, i, t))
 
     def on_scheduled(self, req: Request, num_tokens: int) -> None:
         self.served[req.tenant] += num_tokens

@@ -1,10 +1,17 @@
 """Queue policies: who waits in front, and who is preempted first.
 
-A policy owns the waiting queue and ranks running requests. The scheduler asks it three things:
-``peek``/``pop`` the next request to admit, ``push_front`` a preempted one (it goes back ahead of
-requests that never ran), and ``rank`` -- the order the running list is kept in. Running requests
-are served in rank order and preemption takes the *last* one: the lowest priority, and among equals
-the most recently admitted (it has the least work to redo).
+A policy owns the waiting queue and ranks running requests. The scheduler asks it:
+
+* ``peek``/``pop``: the next request to admit; ``push``: a new arrival; ``push_front``: a preempted
+  request (it goes back ahead of requests that never ran: its client is already waiting on it);
+* ``rank``: the sort key of the running list. Running requests are served in rank order and
+  preemption takes the *last* one -- the least important, and among equals the most recently admitted
+  (it has the least work to redo). A rank must not change while the request runs;
+* ``on_scheduled``: every chunk a step computes (fair sharing counts service here);
+* iterating the policy yields the waiting requests **in the order it would admit them** (load shedding
+  predicts each request's wait from the work queued ahead of it in that order).
+
+``Policy`` itself is first come, first served; ``policies.py`` refines it.
 """
 
 from __future__ import annotations
@@ -51,6 +58,11 @@ class Policy:
 
     def on_scheduled(self, req: Request, num_tokens: int) -> None:
         """Called for every chunk a step runs (fair sharing counts service here)."""
+
+    def promote(self, req: Request) -> None:
+        """Raise a waiting request one level (``queue_timeout_action="promote"``). FCFS has no levels: the
+        request that waited longest is already at the front."""
+        raise NotImplementedError(f"policy {self.name!r} has no levels to promote through; use 'priority'")
 
 
 def make_policy(name: str, tenant_weights: dict[str, float] | None = None) -> Policy:

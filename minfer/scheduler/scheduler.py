@@ -9,6 +9,12 @@ One ``schedule()`` decides what the next step computes:
 2. **Then waiting requests**, in queue order, while the step's budgets and the pool allow -- but not in a
    step that had to preempt (memory is short; admitting more would only preempt again).
 
+Around these two passes sits the gatekeeping, all off by default: first, waiting requests that waited too
+long or can no longer meet their TTFT target are timed out or shed (``shedding.py``), and with
+``priority_preemption`` a more important waiting request may take a running one's place; last, the queue is
+cut to ``max_waiting`` by refusing the newest arrivals. Queue order and victims come from the policy
+(``policy.py``, ``policies.py``).
+
 ``update()`` then takes the sampled tokens: it advances each request, appends tokens, checks stop
 conditions, and frees the blocks of finished requests at once, so the very next step can use them.
 """
@@ -24,6 +30,7 @@ from minfer.config import EngineConfig
 from minfer.kv.block_pool import BlockPool, chain_hashes
 from minfer.request import Request, RequestStatus
 from minfer.scheduler.policy import make_policy
+from minfer.scheduler.shedding import DrainRate, expired_requests
 
 
 @dataclass(slots=True)
@@ -76,8 +83,8 @@ class Scheduler:
             (config.chunked_prefill_size if config.enable_chunked_prefill else max_model_len)
             + config.max_num_seqs
         )
-        self._finished_early: list[Request] = []  # ended outside update(): reported by the next step
-        self.prefill_rate: float | None = None  # prompt tokens/s over recent steps (for SLO shedding)
+        self._arrivals: list[Request] = []  # queued since the last schedule(): max_waiting may refuse them
+        self.drain = DrainRate()  # how fast the queue drains (SLO shedding predicts waits from it)
         self.queued_since: dict[str, float] = {}  # when a promoted request's queue-time clock restarted
 
     # ---- the queue -------------------------------------------------------------------------------
@@ -90,13 +97,10 @@ class Scheduler:
             self._enqueue(req)
 
     def _enqueue(self, req: Request) -> None:
-        cap = self.config.max_waiting
-        if cap is not None and len(self.policy) >= cap:
-            self._finish(req, "rejected", f"queue full (max_waiting={cap})", req.arrival_time)
-            self._finished_early.append(req)
-            return
         req.status = RequestStatus.WAITING
         self.policy.push(req)
+        if self.config.max_waiting is not None:
+            self._arrivals.append(req)
 
     def _release_arrivals(self, now: float) -> None:
         while self.pending and self.pending[0][0] <= now:
@@ -119,8 +123,7 @@ class Scheduler:
     # ---- one step --------------------------------------------------------------------------------
     def schedule(self, now: float) -> SchedulerOutput:
         cfg = self.config
-        out = SchedulerOutput(finished=self._finished_early)
-        self._finished_early = []
+        out = SchedulerOutput()
         self._release_arrivals(now)
         self._drop_expired(now, out)
         if cfg.priority_preemption:
@@ -131,6 +134,7 @@ class Scheduler:
         chunks_left = cfg.max_prefill_chunks_per_step
 
         # 1. running requests, most important first
+        short_of_memory = False
         i = 0
         while i < len(self.running) and tokens_left > 0:
             req = self.running[i]
@@ -143,6 +147,7 @@ class Scheduler:
             while self.pool.blocks_needed(req.request_id, n) > self.pool.num_free_blocks:
                 victim = self.running[-1]  # the lowest rank; maybe req itself
                 self._preempt(victim, out)
+                short_of_memory = True
                 if victim is req:
                     break
             else:
@@ -156,7 +161,7 @@ class Scheduler:
             break  # req preempted itself: everything after it is gone too
 
         # 2. waiting requests, in queue order, while budgets and memory allow
-        while (not out.preempted and tokens_left > 0 and chunks_left > 0 and prompt_left > 0
+        while (not short_of_memory and tokens_left > 0 and chunks_left > 0 and prompt_left > 0
                and len(self.running) < cfg.max_num_seqs and (req := self.policy.peek()) is not None):
             hits = self._prefix_hits(req)
             computed = len(hits) * self.block_size
@@ -179,6 +184,8 @@ class Scheduler:
             tokens_left -= n
             prompt_left -= n
             chunks_left -= 1
+        if cfg.max_waiting is not None:
+            self._refuse_overflow(now, out)
         return out
 
     @staticmethod
@@ -250,30 +257,40 @@ class Scheduler:
             self._preempt(victim, out)
 
     def _drop_expired(self, now: float, out: SchedulerOutput) -> None:
-        """Queue timeouts and SLO shedding (both off by default)."""
+        """Queue timeouts and SLO shedding (both off by default; see ``shedding.py``)."""
         cfg = self.config
         if cfg.max_queue_time is None and cfg.ttft_slo is None:
             return
-        from minfer.scheduler.shedding import expired_requests
-
-        for req, reason, why in expired_requests(self, now):
-            if reason == "promote":
-                self.policy.remove(req)
-                req.priority -= 1
+        for req, action, why in expired_requests(self, now):
+            if action == "promote":
+                self.policy.promote(req)
                 self.queued_since[req.request_id] = now  # its timeout clock restarts at the new level
-                self.policy.push(req)
-                continue
-            self.policy.remove(req)
-            self._finish(req, reason, why, now)
-            out.finished.append(req)
+            else:
+                self._drop_waiting(req, action, why, now, out)
+
+    def _refuse_overflow(self, now: float, out: SchedulerOutput) -> None:
+        """Admission control: after this round's admissions at most ``max_waiting`` requests wait. The newest
+        arrivals beyond that are refused -- never a request accepted earlier, never a preempted one."""
+        cap = self.config.max_waiting
+        arrivals, self._arrivals = self._arrivals, []
+        excess = len(self.policy) - cap
+        for req in reversed(arrivals):
+            if excess <= 0:
+                break
+            if req.status is RequestStatus.WAITING:  # not admitted, aborted or shed meanwhile
+                self._drop_waiting(req, "rejected", f"queue full (max_waiting={cap})", now, out)
+                excess -= 1
+
+    def _drop_waiting(self, req: Request, reason: str, why: str, now: float, out: SchedulerOutput) -> None:
+        """End a waiting request without running it; this step's outputs report it."""
+        self.policy.remove(req)
+        self._finish(req, reason, why, now)
+        out.finished.append(req)
 
     # ---- after the forward pass ------------------------------------------------------------------
     def observe_step(self, out: SchedulerOutput, duration: float) -> None:
-        """Learn the prefill rate from a finished step (an exponential moving average)."""
-        n = out.num_prefill_tokens
-        if n and duration > 0:
-            rate = n / duration
-            self.prefill_rate = rate if self.prefill_rate is None else 0.8 * self.prefill_rate + 0.2 * rate
+        """Learn from a finished step how fast the queue drains (for SLO shedding)."""
+        self.drain.observe(out.num_prefill_tokens, duration, backlogged=len(self.policy) > 0)
 
     def update(self, out: SchedulerOutput, sampled: dict[str, int], now: float) -> list[Request]:
         """Advance every scheduled request; returns those that got a token (some now finished)."""
@@ -282,7 +299,8 @@ class Scheduler:
         for chunk in out.chunks:
             req = chunk.request
             req.num_computed_tokens += chunk.num_tokens
-            if caching:
+            # a block filled with computed K/V joins the prefix cache (once per block_size decode steps)
+            if caching and req.num_computed_tokens // self.block_size > self.pool.num_hashed[req.request_id]:
                 req.block_hashes = chain_hashes(req.all_token_ids(), self.block_size, req.block_hashes)
                 self.pool.cache_blocks(req.request_id, req.block_hashes, req.num_computed_tokens)
             token = sampled.get(req.request_id)
