@@ -117,8 +117,8 @@ def hf_continuous_batching(hf_model, prompts: Sequence[Sequence[int]], max_token
 
     config = GenerationConfig(do_sample=False, max_new_tokens=max(max_tokens), eos_token_id=-1)
     outputs: list[list[int]] = [[] for _ in prompts]
-    start = time.perf_counter()
     with hf_model.continuous_batching_context_manager(generation_config=config, block=True, timeout=30) as manager:
+        start = time.perf_counter()  # after the manager's warm-up, as for the other systems
         ids = {manager.add_request(list(p), request_id=f"r{i}", max_new_tokens=m, eos_token_id=-1): i
                for i, (p, m) in enumerate(zip(prompts, max_tokens))}
         done = 0
@@ -131,5 +131,36 @@ def hf_continuous_batching(hf_model, prompts: Sequence[Sequence[int]], max_token
             if result.is_finished():
                 outputs[ids[result.request_id]] = list(result.generated_tokens)
                 done += 1
-    seconds = time.perf_counter() - start
+        seconds = time.perf_counter() - start
     return BaselineResult("HF continuous batching", sum(max_tokens), seconds, outputs)
+
+
+# ---- as systems of the benchmark harness (``python -m minfer.bench`` imports this module) ----------------
+def _register() -> None:
+    import functools
+
+    from minfer.bench import cached_model, register_runner
+    from minfer.workload import token_prompts
+
+    def inputs(workload) -> tuple[list[list[int]], list[int]]:
+        model, _ = cached_model("smollm2-135m", "cpu", "float32")
+        return token_prompts(workload, model.config.vocab_size), [w.output_len for w in workload]
+
+    @functools.lru_cache(maxsize=1)
+    def hf_model():
+        from transformers import AutoModelForCausalLM
+
+        from minfer.model.loader import resolve_checkpoint
+
+        return AutoModelForCausalLM.from_pretrained(resolve_checkpoint("smollm2-135m"), dtype=torch.float32).eval()
+
+    def as_pair(r: BaselineResult) -> tuple[int, float]:
+        return r.output_tokens, r.seconds
+
+    register_runner("minfer static batching",
+                    lambda w: as_pair(static_batching(cached_model("smollm2-135m", "cpu", "float32")[0], *inputs(w))))
+    register_runner("HF generate, static batches", lambda w: as_pair(hf_generate_static(hf_model(), *inputs(w))))
+    register_runner("HF continuous batching", lambda w: as_pair(hf_continuous_batching(hf_model(), *inputs(w))))
+
+
+_register()

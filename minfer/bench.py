@@ -1,0 +1,322 @@
+"""The benchmark harness: one workload, several systems, the same metrics for all.
+
+    python -m minfer.bench                          # the README benchmark (every registered system)
+    python -m minfer.bench --sim H100-SXM --model llama-3-8b --workload poisson --rate 40 -n 2000 \\
+        --config small:max_num_seqs=32 --config large:max_num_seqs=256 --slo-ttft 1 --slo-tpot 0.05
+    python -m minfer.bench --scale                  # how fast the simulator itself runs
+
+A *system* is a name and a runner: a function that takes a workload (a list of ``WorkItem``) and returns
+either a ``minfer.metrics.Summary`` (engines: every latency metric) or ``(output_tokens, seconds)``
+(baselines that only report throughput). Engine configurations become runners through ``engine_runner``;
+other systems register themselves in ``RUNNERS`` with ``register_runner``. Metrics always come from
+``minfer.metrics.summarize`` over the engine's finished requests -- never recomputed here.
+
+Adding a system (``minfer.baselines`` is imported, if it exists, before the default benchmark runs)::
+
+    @register_runner("my system")
+    def my_system(workload):
+        model, tokenizer = cached_model("smollm2-135m")
+        prompts = token_prompts(workload, model.config.vocab_size)  # the very ids the engines get
+        ...
+        return output_tokens, seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import functools
+import importlib.util
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from minfer.config import EngineConfig
+from minfer.metrics import SLO, Summary, summarize
+from minfer.workload import WorkItem, bursts, fixed_mix, load_workload, long_prompt_spike, poisson, submit
+
+Runner = Callable[[list[WorkItem]], "Summary | tuple[int, float]"]
+RUNNERS: dict[str, Runner] = {}  # name → runner; the default benchmark runs those in DEFAULT_SYSTEMS
+DEFAULT_SYSTEMS = ["minfer continuous batching", "minfer static batching", "HF generate, static batches",
+                   "HF continuous batching"]
+
+
+def register_runner(name: str, runner: Runner | None = None) -> Any:
+    """Add a system: ``register_runner("name", fn)``, or as a decorator ``@register_runner("name")``."""
+    if runner is None:
+        return lambda fn: register_runner(name, fn)
+    RUNNERS[name] = runner
+    return runner
+
+
+@dataclass(slots=True)
+class Result:
+    """One system's run: the full summary when the system is an engine, throughput at least."""
+
+    name: str
+    output_tokens: int
+    seconds: float
+    summary: Summary | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def throughput(self) -> float:
+        return self.output_tokens / self.seconds if self.seconds > 0 else math.nan
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "output_tokens": self.output_tokens, "seconds": self.seconds,
+                "output_throughput": self.throughput, "config": self.config,
+                "summary": self.summary.to_dict() if self.summary else None}
+
+
+# ---- engines as runners ------------------------------------------------------------------------------
+def cached_model(model: str, device: str = "cpu", dtype: str = "auto") -> tuple[Any, Any]:
+    """(model, tokenizer), loaded once per process however many configurations use it
+    (``dtype="auto"`` and the dtype it resolves to share one copy)."""
+    from minfer.engine import resolve_dtype
+
+    return _load(model, device, str(resolve_dtype(dtype, device)).removeprefix("torch."))
+
+
+@functools.lru_cache(maxsize=2)
+def _load(model: str, device: str, dtype: str) -> tuple[Any, Any]:
+    from minfer.model.loader import load_model
+
+    return load_model(model, device, dtype)
+
+
+def run_engine(workload: Sequence[WorkItem], config: EngineConfig, slo: SLO | None = None, seed: int = 0,
+               progress: bool = False) -> Summary:
+    """Submit ``workload`` to a fresh engine built from ``config``, run it to the end, summarize."""
+    from minfer.engine import LLMEngine
+
+    model = tokenizer = None
+    if config.executor == "model":
+        model, tokenizer = cached_model(config.model, config.device, config.dtype)
+    engine = LLMEngine(config, model=model, tokenizer=tokenizer)
+    submit(engine, workload, seed=seed)
+    engine.run(progress=progress)
+    return summarize(engine.finished, slo)
+
+
+def engine_runner(config: EngineConfig, slo: SLO | None = None, seed: int = 0) -> Runner:
+    return lambda workload: run_engine(workload, config, slo, seed)
+
+
+register_runner("minfer continuous batching", engine_runner(EngineConfig(max_num_seqs=32)))
+
+
+def run_system(name: str, runner: Runner, workload: list[WorkItem], config: dict | None = None) -> Result:
+    out = runner(workload)
+    if isinstance(out, Summary):
+        return Result(name, out.output_tokens, out.duration, out, config or {})
+    tokens, seconds = out
+    return Result(name, int(tokens), float(seconds), None, config or {})
+
+
+def compare(workload: list[WorkItem], runners: dict[str, Runner], configs: dict[str, dict] | None = None,
+            echo: bool = False) -> list[Result]:
+    """Run every system on the same workload, in order."""
+    results = []
+    for name, runner in runners.items():
+        if echo:
+            print(f"running {name} ...", flush=True)
+        results.append(run_system(name, runner, workload, (configs or {}).get(name)))
+    return results
+
+
+# ---- reporting -----------------------------------------------------------------------------------------
+def _ms(x: float | None) -> str:
+    return "-" if x is None or math.isnan(x) else f"{x * 1e3:.0f}" if x >= 0.1 else f"{x * 1e3:.1f}"
+
+
+def format_table(results: Sequence[Result]) -> str:
+    """A plain-text table: throughput, latency percentiles (ms), goodput and preemptions per system."""
+    head = ["system", "out tok/s", "TTFT p50/p95/p99", "ITL p50/p95/p99", "TPOT p50/p95/p99",
+            "e2e p50/p95/p99", "goodput req/s", "SLO met", "preempt"]
+    rows = []
+    for r in results:
+        s = r.summary
+        if s is None:
+            rows.append([r.name, f"{r.throughput:.1f}"] + ["-"] * (len(head) - 2))
+            continue
+        lat = lambda x: "/".join(_ms(v) for v in (x.p50, x.p95, x.p99))
+        goodput = "-" if s.goodput is None else f"{s.goodput:.2f}"
+        met = "-" if s.slo_attainment is None else f"{100 * s.slo_attainment:.0f}%"
+        rows.append([r.name, f"{r.throughput:.1f}", lat(s.ttft), lat(s.itl), lat(s.tpot), lat(s.e2e), goodput,
+                     met, str(s.num_preemptions)])
+    widths = [max(len(row[i]) for row in [head] + rows) for i in range(len(head))]
+    line = lambda row: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                                 for i, (c, w) in enumerate(zip(row, widths)))
+    return "\n".join([line(head), line(["-" * w for w in widths])] + [line(row) for row in rows]) + \
+        "\n(latencies in ms; throughput in output tokens per second of the run)"
+
+
+def save_json(results: Sequence[Result], path: str, meta: dict | None = None) -> None:
+    with open(path, "w") as f:
+        json.dump({"meta": meta or {}, "results": [r.to_dict() for r in results]}, f, indent=2, default=str)
+
+
+# ---- the simulator's own speed ----------------------------------------------------------------------
+def scale_workload(n: int = 10_000, rate: float = 60.0, seed: int = 0) -> list[WorkItem]:
+    """Llama-3-8B chat-like traffic: long-tailed prompts (median 256, up to 4,096 tokens) and outputs
+    (median 128, up to 1,024), Poisson arrivals."""
+    return poisson(n, rate, prompt_median=256, output_median=128, max_prompt=4096, max_output=1024, seed=seed)
+
+
+def scale_benchmark(n: int = 10_000, rate: float = 60.0, max_num_seqs: int = 256, seed: int = 0,
+                    repeats: int = 3) -> dict[str, float]:
+    """Simulate ``n`` requests of ``scale_workload`` on Llama-3-8B / H100-SXM, and time the scheduler's steps
+    with ``max_num_seqs`` requests running. Returns the figures (wall seconds are of this machine)."""
+    from minfer.engine import LLMEngine
+
+    config = EngineConfig(model="llama-3-8b", executor="sim", hardware="H100-SXM", max_num_seqs=max_num_seqs,
+                          record_trace=False)
+    items = scale_workload(n, rate, seed)
+    engine = LLMEngine(config)
+    t0 = time.perf_counter()
+    submit(engine, items, seed=seed)
+    t1 = time.perf_counter()
+    engine.run()
+    t2 = time.perf_counter()
+    s = summarize(engine.finished)
+
+    # a full batch: max_num_seqs requests prefilled in one step, then decoding together to the end
+    out_len = 1024
+    full = EngineConfig(model="llama-3-8b", executor="sim", hardware="H100-SXM", max_num_seqs=max_num_seqs,
+                        chunked_prefill_size=64 * max_num_seqs, max_prefill_chunks_per_step=max_num_seqs,
+                        record_trace=False)
+    rates = []
+    for _ in range(repeats):  # the machine may be shared: report the median of a few runs
+        engine = LLMEngine(full)
+        submit(engine, [WorkItem(0.0, 64, out_len) for _ in range(max_num_seqs)], seed=seed)
+        t3 = time.perf_counter()
+        engine.run()
+        rates.append(out_len / (time.perf_counter() - t3))
+        # every request got one token per step, in the same steps: the steps are the distinct token times
+        steps = len({t for r in engine.finished for t in r.metrics.token_times})
+        assert steps == out_len, "the full batch did not run in lockstep"
+    return {"requests": n, "wall_submit_s": t1 - t0, "wall_simulate_s": t2 - t1, "simulated_s": s.duration,
+            "output_tokens": s.output_tokens, "simulated_output_tok_s": s.output_throughput,
+            "ttft_p50_s": s.ttft.p50, "ttft_p99_s": s.ttft.p99, "tpot_p50_s": s.tpot.p50,
+            "preemptions": s.num_preemptions, "full_batch": max_num_seqs,
+            "steps_per_s_at_full_batch": statistics.median(rates)}
+
+
+# ---- the command line -----------------------------------------------------------------------------
+def _value(text: str) -> Any:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text  # a bare word: a string
+
+
+def parse_config(spec: str) -> tuple[str, dict[str, Any]]:
+    """``"label:key=value,key=value"`` (or without the label) → (label, overrides)."""
+    head, colon, rest = spec.partition(":")
+    label, body = (head, rest) if colon and "=" not in head else ("", spec)
+    overrides = {}
+    for part in filter(None, body.split(",")):
+        key, eq, value = part.partition("=")
+        if not eq or key.strip() not in EngineConfig.field_names():
+            raise ValueError(f"--config {spec!r}: expected key=value, key a field of EngineConfig: {part!r}")
+        overrides[key.strip()] = _value(value.strip())
+    return label or body or "default", overrides
+
+
+def readme_workload(seed: int = 0) -> list[WorkItem]:
+    """The fixed workload of the README benchmark: 32 mixed requests, all arriving at once."""
+    return fixed_mix(32, prompt_median=96, output_median=64, max_prompt=512, max_output=256, seed=seed)
+
+
+def build_workload(args: argparse.Namespace) -> list[WorkItem]:
+    kind, n, seed = args.workload, args.num_requests or 64, args.seed
+    if kind == "mixed":
+        return fixed_mix(n, seed=seed)
+    if kind == "poisson":
+        return poisson(n, args.rate, seed=seed)
+    if kind == "burst":
+        return bursts(max(1, n // 16), min(n, 16), interval=16 / args.rate, seed=seed)
+    if kind == "spike":
+        base = poisson(n, args.rate, seed=seed)
+        return long_prompt_spike(base, at=base[len(base) // 2].arrival_time, count=2, prompt_len=4096)
+    return load_workload(kind)
+
+
+def discover_systems() -> None:
+    """Systems defined in other modules register themselves on import (``minfer.baselines``, if present)."""
+    if importlib.util.find_spec("minfer.baselines") is not None:
+        importlib.import_module("minfer.baselines")
+
+
+def main(argv: Sequence[str] | None = None) -> list[Result]:
+    p = argparse.ArgumentParser(prog="python -m minfer.bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--workload", default=None, help="mixed | poisson | burst | spike | PATH.jsonl "
+                   "(default: the README workload)")
+    p.add_argument("-n", "--num-requests", type=int, default=None, help="default: 64 (10,000 with --scale)")
+    p.add_argument("--rate", type=float, default=4.0, help="requests per second (poisson, burst, spike)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model", default=None, help="engine model (real: smollm2-135m; sim: a model spec)")
+    p.add_argument("--sim", metavar="HARDWARE", default=None, help="simulate on this hardware spec")
+    p.add_argument("--config", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
+                   help="an engine configuration to compare (repeatable)")
+    p.add_argument("--system", action="append", default=[], help="a registered system to run (repeatable)")
+    p.add_argument("--slo-ttft", type=float, default=None)
+    p.add_argument("--slo-tpot", type=float, default=None)
+    p.add_argument("--slo-e2e", type=float, default=None)
+    p.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--scale", action="store_true", help="time the simulator on 10,000 requests")
+    p.add_argument("--list", action="store_true", help="list the registered systems")
+    args = p.parse_args(argv)
+
+    discover_systems()
+    if args.list:
+        print("\n".join(RUNNERS))
+        return []
+    if args.scale:
+        figures = scale_benchmark(args.num_requests or 10_000, seed=args.seed)
+        for k, v in figures.items():
+            print(f"{k:28s} {v:,.4g}" if isinstance(v, float) else f"{k:28s} {v:,}")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(figures, f, indent=2)
+        return []
+
+    limits = (args.slo_ttft, args.slo_tpot, args.slo_e2e)
+    slo = SLO(*limits) if any(x is not None for x in limits) else None
+    workload = build_workload(args) if args.workload else readme_workload(args.seed)
+    base: dict[str, Any] = {}
+    if args.sim:
+        base.update(executor="sim", hardware=args.sim, model=args.model or "llama-3-8b")
+    elif args.model:
+        base["model"] = args.model
+    runners: dict[str, Runner] = {}
+    configs: dict[str, dict] = {}
+    for spec in args.config or ([] if args.system or not (args.sim or args.model) else ["default:"]):
+        label, overrides = parse_config(spec)
+        config = EngineConfig(**{**base, **overrides})
+        runners[label], configs[label] = engine_runner(config, slo, args.seed), {**base, **overrides}
+    for name in args.system:
+        if name not in RUNNERS:
+            raise SystemExit(f"unknown system {name!r}; registered: {', '.join(RUNNERS)}")
+        runners[name] = RUNNERS[name]
+    if not runners:  # the README benchmark
+        runners = {name: RUNNERS[name] for name in DEFAULT_SYSTEMS if name in RUNNERS}
+    prompt = sum(w.prompt_len for w in workload)
+    output = sum(w.output_len for w in workload)
+    print(f"workload: {len(workload)} requests, {prompt:,} prompt and {output:,} output tokens")
+    results = compare(workload, runners, configs, echo=True)
+    print(format_table(results))
+    if args.json:
+        save_json(results, args.json, {"workload": args.workload or "readme", "requests": len(workload),
+                                       "prompt_tokens": prompt, "output_tokens": output,
+                                       "slo": asdict(slo) if slo else None})
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,15 @@
+"""The simulator: the real scheduler and BlockPool on modelled hardware, no weights needed.
+
+    engine = LLMEngine(EngineConfig(model="llama-3-8b", executor="sim", hardware="H100-SXM"))
+
+``hardware`` names a spec in ``HARDWARE`` and ``model`` one in ``MODELS`` (or pass your own
+``HardwareSpec`` / ``ModelSpec``); prompts are token-id lists.
+"""
+
+from minfer.sim.cost import RooflineCost, StepShape, roofline_terms
+from minfer.sim.executor import SimExecutor, build_sim_executor, kv_pool_blocks
+from minfer.sim.hardware import HARDWARE, HardwareSpec, get_hardware
+from minfer.sim.models import MODELS, ModelSpec, get_model_spec
+
+__all__ = ["HARDWARE", "MODELS", "HardwareSpec", "ModelSpec", "RooflineCost", "SimExecutor", "StepShape",
+           "build_sim_executor", "get_hardware", "get_model_spec", "kv_pool_blocks", "roofline_terms"]

@@ -1,0 +1,72 @@
+"""SimExecutor: the engine's executor without a model. The scheduler cannot tell the difference.
+
+The scheduler needs two things from the executor: a token for every request that reached its last
+token, and how long the step took. The simulator answers both without weights: the token is a
+placeholder (output lengths come from each request's ``max_tokens``; EOS never happens), and the time
+comes from the roofline cost model. The KV pool gets the blocks that the hardware's memory holds after
+the weights -- so preemption, admission and batch sizes behave as on the real machine.
+
+Nothing here is random and nothing reads a clock: the same workload gives the same trace, every run.
+"""
+
+from __future__ import annotations
+
+from minfer.config import EngineConfig, parse_bytes
+from minfer.scheduler.scheduler import SchedulerOutput
+from minfer.sim.cost import RooflineCost, StepShape
+from minfer.sim.hardware import HardwareSpec, get_hardware
+from minfer.sim.models import ModelSpec, get_model_spec
+
+PLACEHOLDER_TOKEN = 0
+
+
+class SimExecutor:
+    def __init__(self, model: ModelSpec, hardware: HardwareSpec, dtype: str) -> None:
+        self.cost = RooflineCost(model, hardware, dtype)
+
+    def execute(self, out: SchedulerOutput) -> tuple[dict[str, int], float]:
+        """A placeholder token for each request whose chunk reaches its last token; the modelled seconds."""
+        shape = StepShape()
+        sampled = {}
+        add = shape.add
+        for c in out.chunks:  # the hot loop of a long simulation: one pass, nothing else
+            req = c.request
+            samples = c.start + c.num_tokens == len(req.prompt_token_ids) + len(req.output_token_ids)
+            add(c.start, c.num_tokens, c.is_decode, samples)
+            if samples:
+                sampled[req.request_id] = PLACEHOLDER_TOKEN
+        return sampled, self.cost.step_time(shape)
+
+
+def kv_pool_blocks(config: EngineConfig, model: ModelSpec, hardware: HardwareSpec, dtype: str) -> int:
+    """KV blocks that fit: the explicit ``num_blocks``, else the memory left after the weights.
+
+    On a GPU that is ``gpu_memory_utilization`` of its memory minus the weights (activations are ignored);
+    on the CPU spec, ``kv_cache_memory``, the same budget the real CPU engine uses."""
+    if config.num_blocks is not None:
+        return config.num_blocks
+    if hardware.device == "cpu":
+        budget = parse_bytes(config.kv_cache_memory)
+    else:
+        budget = hardware.memory_bytes * config.gpu_memory_utilization - model.weight_bytes(dtype)
+    block_bytes = model.kv_bytes_per_token(dtype) * config.block_size
+    blocks = int(budget // block_bytes)
+    if blocks < 1:
+        raise ValueError(
+            f"{model.name} in {dtype} needs {model.weight_bytes(dtype) / 1e9:.1f} GB of weights; "
+            f"{hardware.name} has {hardware.memory_bytes / 1e9:.0f} GB, leaving no room for KV blocks "
+            "(use more devices, e.g. hardware='8xH100-SXM', or a smaller model)"
+        )
+    return blocks
+
+
+def build_sim_executor(config: EngineConfig) -> tuple[SimExecutor, None, None, int, int, tuple[int, ...]]:
+    """What ``LLMEngine`` needs for ``executor="sim"``: the executor, no model, no tokenizer, the number of
+    KV blocks, the maximum sequence length, and no EOS tokens."""
+    model = get_model_spec(config.model)
+    hardware = get_hardware(config.hardware)
+    dtype = hardware.dtype if config.dtype == "auto" else config.dtype
+    num_blocks = kv_pool_blocks(config, model, hardware, dtype)
+    limit = model.config.max_position_embeddings
+    max_model_len = min(config.max_model_len or limit, limit)
+    return SimExecutor(model, hardware, dtype), None, None, num_blocks, max_model_len, ()

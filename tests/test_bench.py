@@ -1,0 +1,98 @@
+"""The benchmark harness: configs, runners, tables, JSON, and that it reports the engine's own metrics."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from minfer import EngineConfig, LLMEngine
+from minfer.bench import (
+    RUNNERS,
+    compare,
+    engine_runner,
+    format_table,
+    main,
+    parse_config,
+    register_runner,
+    run_engine,
+    scale_benchmark,
+)
+from minfer.metrics import SLO, summarize
+from minfer.workload import fixed_mix, poisson, submit
+
+
+def test_parse_config():
+    assert parse_config("small:max_num_seqs=8,policy=priority") == ("small", {"max_num_seqs": 8,
+                                                                           "policy": "priority"})
+    assert parse_config("max_num_seqs=8") == ("max_num_seqs=8", {"max_num_seqs": 8})
+    assert parse_config("x:enable_prefix_caching=True,ttft_slo=0.5")[1] == {"enable_prefix_caching": True,
+                                                                           "ttft_slo": 0.5}
+    with pytest.raises(ValueError, match="EngineConfig"):
+        parse_config("bad:no_such_knob=1")
+
+
+def test_run_engine_reports_the_engines_own_metrics():
+    items = poisson(40, 30.0, max_prompt=1024, max_output=128, seed=1)
+    config = EngineConfig(executor="sim", model="llama-3-8b", hardware="L4", max_num_seqs=8)
+    slo = SLO(ttft=0.5, tpot=0.05)
+    summary = run_engine(items, config, slo)
+    engine = LLMEngine(config)
+    submit(engine, items)
+    engine.run()
+    assert summary == summarize(engine.finished, slo)
+    assert summary.num_requests == 40 and summary.output_tokens == sum(w.output_len for w in items)
+
+
+def test_compare_shows_the_cost_of_a_small_batch():
+    items = poisson(120, 40.0, max_prompt=1024, max_output=256, seed=2)
+    base = dict(executor="sim", model="llama-3-8b", hardware="H100-SXM")
+    results = compare(items, {"seqs=4": engine_runner(EngineConfig(max_num_seqs=4, **base)),
+                              "seqs=64": engine_runner(EngineConfig(max_num_seqs=64, **base))})
+    small, large = results
+    assert small.summary.ttft.p99 > 5 * large.summary.ttft.p99, "4 slots: requests queue"
+    assert large.throughput > small.throughput
+
+
+def test_registered_runners_may_report_throughput_only(tmp_path):
+    @register_runner("fake static batching")
+    def fake(workload):
+        return sum(w.output_len for w in workload), 2.0
+
+    try:
+        items = fixed_mix(4, seed=0)
+        [r] = compare(items, {"fake": RUNNERS["fake static batching"]})
+        assert r.summary is None and r.throughput == sum(w.output_len for w in items) / 2.0
+        table = format_table([r])
+        assert "fake" in table and f"{r.throughput:.1f}" in table
+    finally:
+        del RUNNERS["fake static batching"]
+
+
+def test_cli_compares_configs_and_writes_json(tmp_path, capsys):
+    path = tmp_path / "out.json"
+    results = main(["--sim", "H100-SXM", "--model", "llama-3-8b", "--workload", "poisson", "-n", "60",
+                    "--rate", "30", "--config", "a:max_num_seqs=2", "--config", "b:max_num_seqs=32",
+                    "--slo-ttft", "1.0", "--json", str(path)])
+    printed = capsys.readouterr().out
+    assert "TTFT p50/p95/p99" in printed and "\na " in printed and "\nb " in printed
+    data = json.loads(path.read_text())
+    assert [r["name"] for r in data["results"]] == ["a", "b"]
+    assert data["results"][0]["config"]["max_num_seqs"] == 2
+    assert data["meta"]["slo"]["ttft"] == 1.0
+    tokens = [r["output_tokens"] for r in data["results"]]
+    assert tokens == [data["meta"]["output_tokens"]] * 2
+    assert results[1].summary.slo_attainment > results[0].summary.slo_attainment
+
+
+def test_real_model_config_runs():
+    items = fixed_mix(6, prompt_median=16, output_median=4, max_prompt=40, max_output=8, seed=0)
+    summary = run_engine(items, EngineConfig(model="tiny-random", num_blocks=64, max_num_seqs=4))
+    assert summary.num_requests == 6 and summary.finish_reasons == {"length": 6}
+    assert summary.output_tokens == sum(w.output_len for w in items) and summary.ttft.p50 > 0
+
+
+def test_scale_benchmark_small():
+    figures = scale_benchmark(n=150, rate=50.0, max_num_seqs=16, repeats=1)
+    assert figures["output_tokens"] > 0 and figures["steps_per_s_at_full_batch"] > 0
+    assert figures["simulated_s"] > 150 / 50.0 * 0.5, "the simulated run spans the arrival window"

@@ -1,0 +1,235 @@
+"""The simulator: roofline arithmetic, KV pool sizing, determinism, specs, and the calibration fit."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, replace
+
+import pytest
+
+from conftest import run_checked
+from minfer import EngineConfig, LLMEngine, SamplingParams
+from minfer.sim import HARDWARE, MODELS, HardwareSpec, ModelSpec, RooflineCost, StepShape, get_hardware
+from minfer.sim.calibrate import Sample, fit, median_ape
+from minfer.workload import poisson, submit
+
+
+def sim_engine(**kw) -> LLMEngine:
+    kw.setdefault("model", "llama-3-8b")
+    kw.setdefault("hardware", "H100-SXM")
+    return LLMEngine(EngineConfig(executor="sim", **kw))
+
+
+def decode_shape(batch: int, context: int) -> StepShape:
+    shape = StepShape()
+    for _ in range(batch):
+        shape.add(context - 1, 1, True, True)
+    return shape
+
+
+def prefill_shape(n: int, start: int = 0) -> StepShape:
+    shape = StepShape()
+    shape.add(start, n, False, True)
+    return shape
+
+
+# ---- the cost model ---------------------------------------------------------------------------------
+def test_decode_step_is_the_weight_read():
+    """One decode on an H100: memory-bound, so the step is (almost exactly) the time to read the weights."""
+    spec, hw = MODELS["llama-3-8b"], HARDWARE["H100-SXM"]
+    cost = RooflineCost(spec, hw, "bfloat16")
+    parts = cost.parts(decode_shape(1, 100))
+    weights = (spec.layer_matmul_parameters + spec.lm_head_parameters) * 2 / hw.memory_bandwidth
+    assert parts["linear"] == pytest.approx(weights)
+    kv_read = spec.kv_bytes_per_token("bfloat16") * 101  # 100 cached tokens read, 1 written
+    assert parts["decode_attention"] == pytest.approx(kv_read / hw.memory_bandwidth)
+    assert cost.step_time(decode_shape(1, 100)) == pytest.approx(weights + parts["decode_attention"] + 1e-3)
+
+
+def test_batching_decodes_is_nearly_free_until_compute_bound():
+    cost = RooflineCost(MODELS["llama-3-8b"], HARDWARE["H100-SXM"], "bfloat16")
+    one, many = cost.parts(decode_shape(1, 1)), cost.parts(decode_shape(64, 1))
+    assert many["linear"] == one["linear"], "64 decodes read the same weights once"
+    # a 4096-token prefill is compute-bound: FLOPs / peak exceeds the weight read
+    big = cost.parts(prefill_shape(4096))
+    flops = 2 * 4096 * MODELS["llama-3-8b"].layer_matmul_parameters
+    assert big["linear"] > one["linear"] and big["linear"] >= flops / HARDWARE["H100-SXM"].flops("bfloat16")
+
+
+def test_attention_cost_grows_with_context():
+    cost = RooflineCost(MODELS["llama-3-8b"], HARDWARE["H100-SXM"], "bfloat16")
+    short, long = cost.step_time(decode_shape(32, 128)), cost.step_time(decode_shape(32, 8000))
+    assert long > 1.5 * short
+    # the second chunk of a prompt attends to the first: more pairs than the first chunk
+    assert prefill_shape(512, 512).prefill_pairs == 512 * 512 + prefill_shape(512).prefill_pairs
+
+
+def test_step_shape_counts():
+    shape = StepShape()
+    shape.add(0, 4, False, False)  # positions 0..3: 1+2+3+4 pairs
+    shape.add(9, 1, True, True)  # a decode at position 9 reads 10 keys
+    assert (shape.num_prefill_tokens, shape.num_decode_tokens, shape.prefill_pairs, shape.decode_context,
+            shape.num_sampled, shape.num_tokens) == (4, 1, 10, 10, 1, 5)
+
+
+def test_unknown_dtype_for_hardware():
+    hw = HardwareSpec("toy", {"float32": 1e9}, 1e9, 1e9)
+    with pytest.raises(ValueError, match="float32"):
+        RooflineCost(MODELS["smollm2-135m"], hw, "bfloat16")
+
+
+# ---- specs --------------------------------------------------------------------------------------------
+def test_model_specs_match_published_sizes():
+    billions = {"smollm2-135m": 0.1345, "qwen3-0.6b": 0.596, "llama-3-8b": 8.03, "llama-3-70b": 70.55}
+    for name, b in billions.items():
+        assert MODELS[name].num_parameters / 1e9 == pytest.approx(b, rel=2e-3), name
+    # Llama-3-8B: 32 layers x 8 KV heads x 128 dims x (K and V) x 2 bytes = 128 KiB per token
+    assert MODELS["llama-3-8b"].kv_bytes_per_token("bfloat16") == 128 * 1024
+
+
+def test_unknown_names_list_the_known_ones():
+    with pytest.raises(ValueError, match="H100-SXM.*L4"):
+        sim_engine(hardware="TPU-v9")
+    with pytest.raises(ValueError, match="llama-3-8b"):
+        sim_engine(model="gpt-5")
+    with pytest.raises(ValueError, match="hardware"):
+        EngineConfig(executor="sim", model="llama-3-8b")
+
+
+def test_hardware_aliases_and_multi_device():
+    assert get_hardware("h100") is HARDWARE["H100-SXM"]
+    eight = get_hardware("8xH100-SXM")
+    assert eight.memory_bandwidth == 8 * HARDWARE["H100-SXM"].memory_bandwidth
+    assert eight.flops("bfloat16") == 8 * HARDWARE["H100-SXM"].flops("bfloat16")
+
+
+def test_kv_pool_sized_from_memory_minus_weights():
+    e = sim_engine()
+    spec = MODELS["llama-3-8b"]
+    budget = 80e9 * 0.9 - spec.weight_bytes("bfloat16")
+    assert e.block_pool.num_blocks == int(budget // (spec.kv_bytes_per_token("bfloat16") * 16))
+    assert sim_engine(num_blocks=77).block_pool.num_blocks == 77
+    assert sim_engine(gpu_memory_utilization=0.5).block_pool.num_blocks < e.block_pool.num_blocks
+    h200 = sim_engine(hardware="H200")
+    assert h200.block_pool.num_blocks > 1.9 * e.block_pool.num_blocks, "H200: 141 GB, about twice the KV room"
+
+
+def test_model_too_big_for_one_device():
+    with pytest.raises(ValueError, match="8xH100"):
+        sim_engine(model="llama-3-70b")
+    assert sim_engine(model="llama-3-70b", hardware="8xH100-SXM").block_pool.num_blocks > 0
+
+
+def test_cpu_spec_uses_the_cpu_kv_budget_and_float32():
+    e = sim_engine(model="smollm2-135m", hardware="cpu-2core", kv_cache_memory="64MiB")
+    spec = MODELS["smollm2-135m"]
+    assert e.executor.cost.dtype == "float32"
+    assert e.block_pool.num_blocks == 64 * 2**20 // (spec.kv_bytes_per_token("float32") * 16)
+    bf16 = sim_engine(model="smollm2-135m", hardware="cpu-2core", dtype="bfloat16")
+    assert bf16.executor.cost.dtype == "bfloat16"
+
+
+def test_user_specs():
+    hw = HardwareSpec("my-gpu", {"bfloat16": 100e12}, 1e12, 24e9, source="made up for a test")
+    base = MODELS["smollm2-135m"]
+    model = ModelSpec("tiny-llama", replace(base.config, num_layers=2), "a test")
+    e = LLMEngine(EngineConfig(executor="sim", model=model, hardware=hw, max_model_len=1000, num_blocks=100))
+    e.add_request("a", [1] * 10, SamplingParams(max_tokens=3))
+    out = run_checked(e)
+    assert len(out["a"].outputs[0].token_ids) == 3 and e.max_model_len == 1000
+
+
+# ---- the executor inside the engine ----------------------------------------------------------------
+def test_output_lengths_come_from_max_tokens_and_eos_is_ignored():
+    e = sim_engine(num_blocks=500)  # small pools keep check_invariants (every step) fast
+    lengths = {f"r{i}": 1 + 7 * i for i in range(6)}
+    for rid, n in lengths.items():
+        prompt = list(range(1, 40 + 30 * int(rid[1:])))
+        e.add_request(rid, prompt, SamplingParams(max_tokens=n))  # EOS not ignored: the simulator has none
+    out = run_checked(e)
+    assert {rid: len(o.outputs[0].token_ids) for rid, o in out.items()} == lengths
+    assert all(o.outputs[0].finish_reason == "length" for o in out.values())
+
+
+def test_engine_clock_is_the_modelled_time():
+    e = sim_engine(max_num_seqs=4, num_blocks=2000)
+    submit(e, poisson(12, rate=50.0, max_output=256, seed=3))
+    run_checked(e)
+    assert all(t.duration > 1e-3 for t in e.trace), "each step costs at least the overhead"
+    for a, b in zip(e.trace, e.trace[1:]):
+        assert b.start_time >= a.end_time - 1e-12, "steps do not overlap on the engine clock"
+    cost = e.executor.cost
+    step = next(t for t in e.trace if t.num_decode_tokens and not t.num_prefill_tokens)
+    assert step.duration == pytest.approx(cost.step_time(
+        sum_shape([(step.positions[r], 1, True) for r in step.decode_tokens])))
+
+
+def sum_shape(chunks):
+    shape = StepShape()
+    for start, n, is_decode in chunks:
+        shape.add(start, n, is_decode, True)
+    return shape
+
+
+def traces_of(config: EngineConfig, seed: int) -> list[dict]:
+    e = LLMEngine(config)
+    submit(e, poisson(60, rate=40.0, max_prompt=1024, max_output=256, seed=seed))
+    run_checked(e)
+    rows = []
+    for t in e.trace:
+        row = asdict(t)
+        row.pop("scheduler_time")  # the CPU time the scheduler took: the one wall-clock field
+        rows.append(row)
+    return rows
+
+
+def test_two_runs_give_identical_traces():
+    config = EngineConfig(executor="sim", model="llama-3-8b", hardware="L4", max_num_seqs=16, num_blocks=200,
+                          enable_prefix_caching=True)
+    first, second = traces_of(config, seed=5), traces_of(config, seed=5)
+    assert first == second
+    assert any(t["preempted"] for t in first), "the small pool should preempt (a harder case to reproduce)"
+    assert traces_of(config, seed=6) != first
+
+
+# ---- calibration -----------------------------------------------------------------------------------
+def synthetic_samples(spec: HardwareSpec, n: int, seed: int) -> list[Sample]:
+    """Step shapes like the engine makes (decode batches, prefill chunks, mixtures), timed by ``spec``."""
+    rng = random.Random(seed)
+    cost = RooflineCost(MODELS["smollm2-135m"], spec, "float32")
+    out = []
+    for _ in range(n):
+        shape = StepShape()
+        for _ in range(rng.choice([0, 1, 4, 16, 48])):
+            shape.add(rng.randrange(10, 900), 1, True, True)
+        if rng.random() < 0.5 or not shape.num_tokens:
+            shape.add(rng.randrange(0, 300), rng.choice([16, 64, 256, 512]), False, rng.random() < 0.5)
+        out.append(Sample(shape, cost.step_time(shape)))
+    return out
+
+
+@pytest.mark.parametrize("overlap", [0.0, 1.0])
+def test_fit_recovers_known_parameters(overlap):
+    # A fixed per-step overhead is not fitted (it looks just like the weight read): it comes from the base.
+    # A per-token overhead is fitted, but it trades against FLOP/s (both scale with tokens): it is 0 here.
+    truth = replace(HARDWARE["cpu-2core"], peak_flops={"float32": 150e9}, memory_bandwidth=12e9,
+                    step_overhead=4e-3, token_overhead=0.0, sample_overhead=1e-3, overlap=overlap)
+    base = replace(HARDWARE["cpu-2core"], step_overhead=4e-3)
+    fitted = fit(synthetic_samples(truth, 120, seed=0), base=base)
+    assert fitted.overlap == overlap and fitted.step_overhead == 4e-3
+    assert fitted.flops("float32") == pytest.approx(150e9, rel=0.05)
+    assert fitted.memory_bandwidth == pytest.approx(12e9, rel=0.05)
+    assert fitted.token_overhead < 1e-5  # < 10 us, against ms-scale steps
+    assert fitted.sample_overhead == pytest.approx(1e-3, rel=0.1)
+    assert median_ape(fitted, synthetic_samples(truth, 60, seed=1)) < 1.0  # held-out steps, in percent
+
+
+def test_fit_tolerates_noise_and_disturbed_steps():
+    """+-10% jitter on every step, and one step in six slowed 3-10x (another program took the CPU)."""
+    truth = replace(HARDWARE["cpu-2core"], peak_flops={"float32": 200e9}, memory_bandwidth=9e9,
+                    step_overhead=0.0, token_overhead=10e-6, sample_overhead=2e-3, overlap=0.0)
+    rng = random.Random(7)
+    clean = synthetic_samples(truth, 150, seed=2)
+    noisy = [Sample(s.shape, s.seconds * rng.uniform(0.9, 1.1) * (rng.uniform(3, 10) if i % 6 == 0 else 1))
+             for i, s in enumerate(clean)]
+    assert median_ape(fit(noisy), synthetic_samples(truth, 60, seed=3)) < 5.0
