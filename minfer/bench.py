@@ -319,4 +319,8 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
 
 
 if __name__ == "__main__":
-    main()
+    # run the importable module's main, not this __main__ copy: systems registered by other modules
+    # (minfer.baselines) land in minfer.bench.RUNNERS, which a second copy of this file would not see
+    from minfer.bench import main as _main
+
+    _main()

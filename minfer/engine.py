@@ -213,17 +213,17 @@ class LLMEngine:
     def _outputs(self, changed: list[Request], ended: list[Request], now: float) -> list[RequestOutput]:
         """Outputs for requests that got a token, then for those that ended without one (refused, timed
         out, aborted). Finished requests move to ``self.finished``."""
-        texts = [(req, self._detokenize(req, now)) for req in changed]  # may finish a request (stop string)
-        outputs = [self._output(req, [req.output_token_ids[-1]], text) for req, text in texts
-                   if self._stream or req.is_finished]
+        outputs = []
+        for req in changed:
+            text = self._detokenize(req, now) if self.tokenizer is not None else ""  # may finish it (stop string)
+            if self._stream or req.is_finished:
+                outputs.append(self._output(req, [req.output_token_ids[-1]], text))
         outputs += [self._output(req, [], "") for req in ended + self._aborted]
         self._aborted = []
         return outputs
 
     def _detokenize(self, req: Request, now: float) -> str:
         """The text the request's new token adds; finishes the request on a stop string."""
-        if self.tokenizer is None:
-            return ""
         old = self._texts.get(req.request_id, "")
         text = self.tokenizer.decode(req.output_token_ids)
         stops = req.params.stop

@@ -119,19 +119,22 @@ class Request:
     block_hashes: list[int] = field(default_factory=list)  # hash chain of its full blocks (prefix caching)
     admitted_seq: int = -1  # order of its latest admission: preemption takes the most recent first
     metrics: RequestMetrics = field(init=False)
+    num_tokens: int = field(init=False)  # prompt + output; a field, read by the scheduler every step
 
     def __post_init__(self) -> None:
         self.metrics = RequestMetrics(arrival_time=self.arrival_time)
+        self.num_tokens = len(self.prompt_token_ids) + len(self.output_token_ids)
         if self.params.seed is not None:
             self.generator = torch.Generator().manual_seed(self.params.seed)
+
+    def append_token(self, token: int) -> None:
+        """The only way output grows, so ``num_tokens`` stays equal to prompt + output."""
+        self.output_token_ids.append(token)
+        self.num_tokens += 1
 
     @property
     def num_prompt_tokens(self) -> int:
         return len(self.prompt_token_ids)
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.prompt_token_ids) + len(self.output_token_ids)
 
     @property
     def num_output_tokens(self) -> int:

@@ -6,8 +6,8 @@ It flattens the step's chunks into the tensors the model and the paged KV cache 
 * ``slot_mapping``: where each new token's K/V goes (``block_table[pos // B] * B + pos % B``);
 * ``block_tables``, ``seq_lens``, ``query_start_loc``: what each request's queries may read.
 
-Requests with one new token go first (decodes; the attention reference batches them), then prefill
-chunks. The model runs once; logits are computed only for the last token of chunks that reach the
+Requests with one new token go first (decodes; the attention reference batches them, longest first),
+then prefill chunks. The model runs once; logits are computed only for the last token of chunks that reach the
 end of their request -- a mid-prompt chunk samples nothing.
 """
 
@@ -69,7 +69,8 @@ class ModelRunner:
 
     def execute(self, out: SchedulerOutput) -> tuple[dict[str, int], float | None]:
         """Run the step; returns the sampled token per request id (and ``None``: time it by the wall clock)."""
-        chunks = sorted(out.chunks, key=lambda c: c.num_tokens > 1)  # stable: one-token chunks first
+        # one-token chunks (decodes) first, longest context first: the reference attention batches them
+        chunks = sorted(out.chunks, key=lambda c: (c.num_tokens > 1, -c.start))
         input_ids, positions, meta = self.prepare(chunks)
         hidden = self.forward(input_ids, positions, meta)
         rows = [i for i, c in enumerate(chunks) if c.samples]

@@ -109,9 +109,8 @@ class BlockPool:
 
     def blocks_needed(self, owner: str, num_new_tokens: int) -> int:
         """New blocks ``owner`` must take to hold ``num_new_tokens`` more tokens."""
-        table = self.tables.get(owner, ())
-        total = self.num_tokens.get(owner, 0) + num_new_tokens
-        return max(0, -(-total // self.block_size) - len(table))
+        need = -(-(self.num_tokens.get(owner, 0) + num_new_tokens) // self.block_size) - len(self.tables.get(owner, ()))
+        return need if need > 0 else 0  # a table may hold more than it fills (admission="reserve")
 
     def allocate(self, owner: str, n: int) -> list[int]:
         """Append ``n`` fresh blocks to ``owner``'s table (empty: they hold no tokens yet)."""
@@ -125,15 +124,28 @@ class BlockPool:
         self.num_hashed.setdefault(owner, 0)
         return blocks
 
-    def append_slots(self, owner: str, num_new_tokens: int = 1) -> list[int]:
+    def try_append_slots(self, owner: str, num_new_tokens: int = 1) -> list[int] | None:
         """Grow ``owner`` by ``num_new_tokens`` token slots, taking a block only when the last is full.
-        Returns the blocks taken (usually none: 15 of 16 decode steps fit in the last block)."""
-        need = self.blocks_needed(owner, num_new_tokens)
-        if need == 0 and owner in self.tables:  # the common decode step: the last block has room
-            self.num_tokens[owner] += num_new_tokens
-            return []
-        blocks = self.allocate(owner, need)  # raises, changing nothing, if the pool is short
-        self.num_tokens[owner] += num_new_tokens
+        Returns the blocks taken (usually none: 15 of 16 decode steps fit in the last block), or ``None``,
+        changing nothing, if the pool has too few free blocks."""
+        table = self.tables.get(owner)
+        if table is None:  # a new owner: an empty table
+            self.allocate(owner, 0)
+            table = self.tables[owner]
+        total = self.num_tokens[owner] + num_new_tokens
+        need = -(-total // self.block_size) - len(table)
+        if need > len(self.free_queue):
+            return None
+        blocks = self.allocate(owner, need) if need > 0 else []
+        self.num_tokens[owner] = total
+        return blocks
+
+    def append_slots(self, owner: str, num_new_tokens: int = 1) -> list[int]:
+        """``try_append_slots``, raising ``BlockPoolError`` (and changing nothing) if the pool is short."""
+        blocks = self.try_append_slots(owner, num_new_tokens)
+        if blocks is None:
+            raise BlockPoolError(f"{owner!r} needs {self.blocks_needed(owner, num_new_tokens)} more blocks "
+                                 f"but only {len(self.free_queue)} are free")
         return blocks
 
     def append_slot(self, owner: str) -> list[int]:

@@ -40,11 +40,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
-    def forward(self, x: Tensor) -> Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+    def forward(self, x: Tensor) -> Tensor:  # x / sqrt(mean(x^2) + eps), then the learned scale
+        return F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype) * self.weight
 
 
 class Linear(nn.Module):
@@ -118,15 +115,14 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attention: Attention) -> Tensor:
-        t = x.shape[0]
-        q, k, v = self.qkv_proj(self.input_layernorm(x)).split(self.split, dim=-1)
-        q = q.view(t, self.num_heads, self.head_dim)
-        k = k.view(t, self.num_kv_heads, self.head_dim)
-        v = v.view(t, self.num_kv_heads, self.head_dim)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        attn = attention(self.index, q, k, v)  # the only place tokens of one request meet
+        t, nh, nkv = x.shape[0], self.num_heads, self.num_kv_heads
+        q_size, kv_size, _ = self.split
+        qk, v = self.qkv_proj(self.input_layernorm(x)).split([q_size + kv_size, kv_size], dim=-1)
+        qk = qk.view(t, nh + nkv, self.head_dim)  # the heads of q, then those of k
+        if self.q_norm is not None:  # Qwen3: each head of q and k normalized (own weights) before rotary
+            qk = torch.cat([self.q_norm(qk[:, :nh]), self.k_norm(qk[:, nh:])], dim=1)
+        q, k = apply_rotary(qk, cos, sin).split([nh, nkv], dim=1)  # q and k rotate in one pass
+        attn = attention(self.index, q, k, v.view(t, nkv, self.head_dim))  # the only place requests' tokens meet
         x = x + self.o_proj(attn.reshape(t, -1))
         gate, up = self.gate_up_proj(self.post_attention_layernorm(x)).chunk(2, dim=-1)
         return x + self.down_proj(F.silu(gate) * up)

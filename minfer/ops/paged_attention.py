@@ -5,13 +5,13 @@ in the blocks its *block table* lists, in order: token ``i`` of a request sits i
 ``table[i // block_size]`` at offset ``i % block_size``, i.e. in *slot* ``block * block_size + offset``.
 
 One step's tokens are flattened and grouped by request (``query_start_loc``); the runner puts requests
-that decode (one new token) first, then prefill chunks. Each query attends causally to its own
+that decode (one new token) first, longest context first, then prefill chunks. Each query attends causally to its own
 request's tokens: the ``seq_len - query_len`` already cached plus the new ones up to itself.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +29,7 @@ class AttentionMetadata:
     num_decodes: int  # the first num_decodes requests have exactly one new token
     max_query_len: int
     max_seq_len: int
+    memo: dict = field(default_factory=dict)  # what the reference derives once per step, not once per layer
 
 
 def store_kv(k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, slot_mapping: Tensor) -> None:
@@ -55,34 +56,68 @@ def gather_kv(cache: Tensor, block_tables: Tensor, length: int, slot: int = 0) -
     """``[B, Hkv, length, D]``: each request's first ``length`` cached tokens, read through its block table
     (a copy: the blocks of one request lie anywhere in the pool)."""
     num_blocks, block_size, heads, dim = cache.shape
-    tables = block_tables[:, : -(-length // block_size)]
+    tables = block_tables[:, : -(-length // block_size)]  # the blocks that hold the first `length` tokens
     out = scratch(slot, tables.numel() * block_size * heads * dim, cache)
     torch.index_select(cache.view(num_blocks, -1), 0, tables.flatten(), out=out.view(tables.numel(), -1))
     return out.view(len(tables), -1, heads, dim)[:, :length].transpose(1, 2)
 
 
-def paged_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata) -> Tensor:
-    """Attention output ``[T, Hq, D]`` for the flat batch ``q`` (``[T, Hq, D]``), keys read via block tables."""
-    out = torch.empty_like(q)
-    nd = meta.num_decodes
-    if nd:  # all decodes in one batched call: each query is the newest token, so it sees its whole context
-        lens = meta.seq_lens[:nd]
-        length = int(lens.max())
-        keys = gather_kv(k_cache, meta.block_tables[:nd], length, slot=0)
-        values = gather_kv(v_cache, meta.block_tables[:nd], length, slot=1)
-        visible = torch.arange(length, device=q.device)[None, :] < lens[:, None]  # mask the padding
-        o = F.scaled_dot_product_attention(q[:nd, :, None], keys, values, attn_mask=visible[:, None, None],
-                                           enable_gqa=True)
-        out[:nd] = o[:, :, 0]
-    starts = meta.query_start_loc.tolist()
-    seq_lens = meta.seq_lens.tolist()
+def decode_buckets(seq_lens: list[int]) -> list[tuple[int, int]]:
+    """Split the decodes (sorted longest first by the runner) into runs whose lengths are within 2x of the
+    run's longest. Each run is gathered padded to its own longest: with mixed lengths, one padded batch would
+    copy mostly padding."""
+    buckets, start = [], 0
+    while start < len(seq_lens):
+        end = start + 1
+        while end < len(seq_lens) and 2 * seq_lens[end] > seq_lens[start]:
+            end += 1
+        buckets.append((start, end))
+        start = end
+    return buckets
+
+
+@dataclass(slots=True)
+class Group:
+    """Requests attended together: a bucket of decodes, or one prefill chunk."""
+
+    rows: slice  # their query rows in the flat batch
+    block_tables: Tensor  # their block tables, cut to the blocks ``length`` tokens need
+    length: int  # keys to gather per request (the longest of the group)
+    visible: Tensor  # [requests, queries, length]: which gathered keys each query may see
+    decode: bool
+
+
+def attention_groups(meta: AttentionMetadata, device: torch.device) -> list[Group]:
+    """The same for every layer of a step: computed once, kept in ``meta.memo``."""
+    starts, seq_lens, nd = meta.query_start_loc.tolist(), meta.seq_lens.tolist(), meta.num_decodes
+    block_size = meta.memo["block_size"]
+    groups = []
+    for a, b in decode_buckets(seq_lens[:nd]):  # decodes: each query is the newest token, it sees everything
+        length = max(seq_lens[a:b])
+        visible = torch.arange(length, device=device)[None, :] < meta.seq_lens[a:b, None]  # mask the padding
+        tables = meta.block_tables[a:b, : -(-length // block_size)]
+        groups.append(Group(slice(a, b), tables, length, visible[:, None], decode=True))
     for i in range(nd, len(seq_lens)):  # prefill chunks: a few per step, each a causal block
         s, e, length = starts[i], starts[i + 1], seq_lens[i]
-        keys = gather_kv(k_cache, meta.block_tables[i : i + 1], length, slot=0)
-        values = gather_kv(v_cache, meta.block_tables[i : i + 1], length, slot=1)
-        pos = torch.arange(length - (e - s), length, device=q.device)  # the chunk's positions
-        visible = torch.arange(length, device=q.device)[None, :] <= pos[:, None]
-        o = F.scaled_dot_product_attention(q[s:e].transpose(0, 1)[None], keys, values,
-                                           attn_mask=visible[None, None], enable_gqa=True)
-        out[s:e] = o[0].transpose(0, 1)
+        pos = torch.arange(length - (e - s), length, device=device)  # the chunk's positions
+        visible = torch.arange(length, device=device)[None, :] <= pos[:, None]
+        tables = meta.block_tables[i : i + 1, : -(-length // block_size)]
+        groups.append(Group(slice(s, e), tables, length, visible[None], decode=False))
+    return groups
+
+
+def paged_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata) -> Tensor:
+    """Attention output ``[T, Hq, D]`` for the flat batch ``q`` (``[T, Hq, D]``), keys read via block tables."""
+    if "groups" not in meta.memo:
+        meta.memo["block_size"] = k_cache.shape[1]
+        meta.memo["groups"] = attention_groups(meta, q.device)
+    out = torch.empty_like(q)
+    for g in meta.memo["groups"]:
+        keys = gather_kv(k_cache, g.block_tables, g.length, slot=0)
+        values = gather_kv(v_cache, g.block_tables, g.length, slot=1)
+        # queries as [requests, heads, queries, dim]: a decode group has one query per request,
+        # a prefill chunk is one request with many queries
+        queries = q[g.rows, :, None] if g.decode else q[g.rows].transpose(0, 1)[None]
+        o = F.scaled_dot_product_attention(queries, keys, values, attn_mask=g.visible[:, None], enable_gqa=True)
+        out[g.rows] = o[:, :, 0] if g.decode else o[0].transpose(0, 1)
     return out

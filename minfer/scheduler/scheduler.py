@@ -135,25 +135,28 @@ class Scheduler:
 
         # 1. running requests, most important first
         short_of_memory = False
+        pool, running = self.pool, self.running
         i = 0
-        while i < len(self.running) and tokens_left > 0:
-            req = self.running[i]
+        while i < len(running) and tokens_left > 0:
+            req = running[i]
             n = req.num_tokens - req.num_computed_tokens
-            if not self._is_decode(req, req.num_computed_tokens, n):  # still in prefill: its next chunk
+            decode = n == 1 and len(req.output_token_ids) > 0  # the token sampled last step
+            if not decode:  # still in prefill (or recomputing): its next chunk, if the step has room
                 n = min(n, prompt_left, tokens_left) if chunks_left > 0 else 0
                 if n <= 0:
                     i += 1
                     continue
-            while self.pool.blocks_needed(req.request_id, n) > self.pool.num_free_blocks:
-                victim = self.running[-1]  # the lowest rank; maybe req itself
+            while pool.try_append_slots(req.request_id, n) is None:  # the pool is short of blocks:
+                victim = running[-1]  # preempt the lowest rank (maybe req itself), then try again
                 self._preempt(victim, out)
                 short_of_memory = True
                 if victim is req:
                     break
             else:
-                chunk = self._run_chunk(req, n, out)
+                out.chunks.append(ScheduledChunk(req, req.num_computed_tokens, n, decode))
+                self.policy.on_scheduled(req, n)
                 tokens_left -= n
-                if not chunk.is_decode:
+                if not decode:
                     prompt_left -= n
                     chunks_left -= 1
                 i += 1
@@ -180,26 +183,15 @@ class Scheduler:
                 break  # head-of-line: wait for memory rather than let smaller requests overtake
             self.policy.pop()
             self._admit(req, hits, total_blocks, now, out)
-            self._run_chunk(req, n, out)
+            self.pool.append_slots(req.request_id, n)  # within the blocks _admit just allocated
+            out.chunks.append(ScheduledChunk(req, req.num_computed_tokens, n, False))
+            self.policy.on_scheduled(req, n)
             tokens_left -= n
             prompt_left -= n
             chunks_left -= 1
         if cfg.max_waiting is not None:
             self._refuse_overflow(now, out)
         return out
-
-    @staticmethod
-    def _is_decode(req: Request, start: int, n: int) -> bool:
-        """One token, the one sampled last step. Anything else is a prompt chunk or a recompute."""
-        return n == 1 and start == req.num_tokens - 1 and req.num_output_tokens > 0
-
-    def _run_chunk(self, req: Request, n: int, out: SchedulerOutput) -> ScheduledChunk:
-        start = req.num_computed_tokens
-        self.pool.append_slots(req.request_id, n)
-        chunk = ScheduledChunk(req, start, n, self._is_decode(req, start, n))
-        out.chunks.append(chunk)
-        self.policy.on_scheduled(req, n)
-        return chunk
 
     def _prefix_hits(self, req: Request) -> list[int]:
         """Cached blocks of the request's longest cached prefix, leaving at least one token to compute
@@ -306,7 +298,7 @@ class Scheduler:
             token = sampled.get(req.request_id)
             if token is None:
                 continue
-            req.output_token_ids.append(token)
+            req.append_token(token)
             m = req.metrics
             if m.first_token_time is None:
                 m.first_token_time = now
@@ -323,7 +315,7 @@ class Scheduler:
             return "stop", token
         if p.stop_token_ids and token in p.stop_token_ids:
             return "stop", token
-        if req.num_output_tokens >= p.max_tokens:
+        if len(req.output_token_ids) >= p.max_tokens:
             return "length", None
         if req.num_tokens >= self.max_model_len:
             return "length", f"max_model_len={self.max_model_len}"

@@ -31,7 +31,7 @@ class SimExecutor:
         add = shape.add
         for c in out.chunks:  # the hot loop of a long simulation: one pass, nothing else
             req = c.request
-            samples = c.start + c.num_tokens == len(req.prompt_token_ids) + len(req.output_token_ids)
+            samples = c.start + c.num_tokens == req.num_tokens
             add(c.start, c.num_tokens, c.is_decode, samples)
             if samples:
                 sampled[req.request_id] = PLACEHOLDER_TOKEN
