@@ -41,8 +41,8 @@ from minfer.workload import WorkItem, bursts, fixed_mix, load_workload, long_pro
 
 Runner = Callable[[list[WorkItem]], "Summary | tuple[int, float]"]
 RUNNERS: dict[str, Runner] = {}  # name → runner; the default benchmark runs those in DEFAULT_SYSTEMS
-DEFAULT_SYSTEMS = ["minfer continuous batching", "minfer static batching", "HF generate, static batches",
-                   "HF continuous batching"]
+DEFAULT_SYSTEMS = ["minfer continuous batching", "minfer continuous batching, bfloat16", "minfer static batching",
+                   "HF generate, static batches", "HF continuous batching"]
 
 
 def register_runner(name: str, runner: Runner | None = None) -> Any:
@@ -100,14 +100,22 @@ def run_engine(workload: Sequence[WorkItem], config: EngineConfig, slo: SLO | No
     engine = LLMEngine(config, model=model, tokenizer=tokenizer)
     submit(engine, workload, seed=seed)
     engine.run(progress=progress)
-    return summarize(engine.finished, slo)
+    summary = summarize(engine.finished, slo)
+    if engine.trace:  # the scheduler's own CPU cost (schedule + update), next to the model's
+        summary.extra["steps"] = len(engine.trace)
+        summary.extra["scheduler_ms_per_step"] = 1e3 * statistics.fmean(t.scheduler_time for t in engine.trace)
+    return summary
 
 
 def engine_runner(config: EngineConfig, slo: SLO | None = None, seed: int = 0) -> Runner:
     return lambda workload: run_engine(workload, config, slo, seed)
 
 
-register_runner("minfer continuous batching", engine_runner(EngineConfig(max_num_seqs=32)))
+# the README benchmark's engine: every request fits in one batch; up to 8 prompts share a step's 512-token
+# prefill budget (the default, one prompt per step, suits latency more than offline throughput)
+README_ENGINE = dict(max_num_seqs=32, max_prefill_chunks_per_step=8)
+register_runner("minfer continuous batching", engine_runner(EngineConfig(**README_ENGINE)))
+register_runner("minfer continuous batching, bfloat16", engine_runner(EngineConfig(**README_ENGINE, dtype="bfloat16")))
 
 
 def run_system(name: str, runner: Runner, workload: list[WorkItem], config: dict | None = None) -> Result:
@@ -137,7 +145,7 @@ def _ms(x: float | None) -> str:
 def format_table(results: Sequence[Result]) -> str:
     """A plain-text table: throughput, latency percentiles (ms), goodput and preemptions per system."""
     head = ["system", "out tok/s", "TTFT p50/p95/p99", "ITL p50/p95/p99", "TPOT p50/p95/p99",
-            "e2e p50/p95/p99", "goodput req/s", "SLO met", "preempt"]
+            "e2e p50/p95/p99", "goodput req/s", "SLO met", "preempt", "sched ms/step"]
     rows = []
     for r in results:
         s = r.summary
@@ -147,8 +155,9 @@ def format_table(results: Sequence[Result]) -> str:
         lat = lambda x: "/".join(_ms(v) for v in (x.p50, x.p95, x.p99))
         goodput = "-" if s.goodput is None else f"{s.goodput:.2f}"
         met = "-" if s.slo_attainment is None else f"{100 * s.slo_attainment:.0f}%"
+        sched = s.extra.get("scheduler_ms_per_step")
         rows.append([r.name, f"{r.throughput:.1f}", lat(s.ttft), lat(s.itl), lat(s.tpot), lat(s.e2e), goodput,
-                     met, str(s.num_preemptions)])
+                     met, str(s.num_preemptions), "-" if sched is None else f"{sched:.2f}"])
     widths = [max(len(row[i]) for row in [head] + rows) for i in range(len(head))]
     line = lambda row: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                                  for i, (c, w) in enumerate(zip(row, widths)))

@@ -30,7 +30,6 @@ from minfer.request import (
     CompletionOutput,
     Request,
     RequestOutput,
-    RequestStatus,
     SamplingParams,
 )
 from minfer.scheduler.scheduler import Scheduler, SchedulerOutput

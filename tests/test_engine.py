@@ -22,7 +22,7 @@ def engine(tiny, **kw) -> LLMEngine:
     return LLMEngine(EngineConfig(model="tiny-random", **kw), model=model, tokenizer=tok)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def alone(prompt: tuple[int, ...], max_tokens: int) -> tuple[int, ...]:
     """Greedy tokens of a request that has the whole engine to itself."""
     e = LLMEngine(EngineConfig(model="tiny-random", max_num_seqs=1, num_blocks=256), model=tiny_random_model(),
@@ -73,9 +73,11 @@ def test_requests_join_and_leave_between_steps(tiny):
     run_checked(e)
 
 
-@pytest.mark.parametrize("kw", [dict(chunked_prefill_size=7), dict(max_num_seqs=2), dict(num_blocks=12, block_size=4),
-                                dict(enable_chunked_prefill=False), dict(admission="reserve", num_blocks=40, block_size=4),
-                                dict(max_prefill_chunks_per_step=3, chunked_prefill_size=20)])
+@pytest.mark.parametrize("kw", [
+    dict(chunked_prefill_size=7), dict(max_num_seqs=2), dict(num_blocks=12, block_size=4),
+    dict(enable_chunked_prefill=False), dict(admission="reserve", num_blocks=40, block_size=4),
+    dict(max_prefill_chunks_per_step=3, chunked_prefill_size=20),
+])
 def test_batched_tokens_equal_alone(tiny, kw):
     prompts = [list(range(3 + i, 3 + i + n)) for i, n in enumerate([30, 5, 17, 1, 36, 9])]
     e = engine(tiny, **kw)
