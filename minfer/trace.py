@@ -7,9 +7,10 @@ render these records; tests assert on them; a trace saved as JSON lines replays 
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from minfer.jsonl import load_jsonl, save_jsonl
 
 
 @dataclass(slots=True)
@@ -66,12 +67,8 @@ class StepTrace:
 
 def save_trace(trace: list[StepTrace], path: str | Path) -> None:
     """JSON lines, one step per line."""
-    with open(path, "w") as f:
-        for t in trace:
-            f.write(json.dumps(asdict(t)) + "\n")
+    save_jsonl(trace, path)
 
 
 def load_trace(path: str | Path) -> list[StepTrace]:
-    names = {f.name for f in fields(StepTrace)}
-    with open(path) as f:
-        return [StepTrace(**{k: v for k, v in json.loads(line).items() if k in names}) for line in f if line.strip()]
+    return load_jsonl(StepTrace, path)

@@ -16,12 +16,13 @@ short, a few are very long. ``save_workload``/``load_workload`` keep a workload 
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from minfer.jsonl import load_jsonl, save_jsonl
 
 
 @dataclass(slots=True)
@@ -124,16 +125,11 @@ def scale_time(items: list[WorkItem], factor: float) -> list[WorkItem]:
 # ---- keeping and replaying workloads -------------------------------------------------------------
 def save_workload(items: Sequence[WorkItem], path: str | Path) -> None:
     """JSON lines, one request per line."""
-    with open(path, "w") as f:
-        for w in items:
-            f.write(json.dumps(asdict(w)) + "\n")
+    save_jsonl(items, path)
 
 
 def load_workload(path: str | Path) -> list[WorkItem]:
-    names = {f.name for f in fields(WorkItem)}
-    with open(path) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    return [WorkItem(**{k: v for k, v in row.items() if k in names}) for row in rows]
+    return load_jsonl(WorkItem, path)
 
 
 def token_prompts(items: Sequence[WorkItem], vocab_size: int, seed: int = 0) -> list[list[int] | str]:
