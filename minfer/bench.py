@@ -249,7 +249,8 @@ def build_workload(args: argparse.Namespace) -> list[WorkItem]:
     if kind == "poisson":
         return poisson(n, args.rate, seed=seed)
     if kind == "burst":
-        return bursts(max(1, n // 16), min(n, 16), interval=16 / args.rate, seed=seed)
+        size = min(n, 16)  # bursts of 16 arriving at the mean rate; the last one cut to make n requests
+        return bursts(-(-n // size), size, interval=size / args.rate, seed=seed)[:n]
     if kind == "spike":
         base = poisson(n, args.rate, seed=seed)
         return long_prompt_spike(base, at=base[len(base) // 2].arrival_time, count=2, prompt_len=4096)
@@ -305,7 +306,10 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
         base["model"] = args.model
     runners: dict[str, Runner] = {}
     configs: dict[str, dict] = {}
-    for spec in args.config or ([] if args.system or not (args.sim or args.model) else ["default:"]):
+    specs = list(args.config)
+    if not specs and not args.system and (args.sim or args.model):
+        specs = ["default:"]  # --sim or --model alone: the default engine on that hardware or model
+    for spec in specs:
         label, overrides = parse_config(spec)
         config = EngineConfig(**{**base, **overrides})
         runners[label], configs[label] = engine_runner(config, slo, args.seed), {**base, **overrides}

@@ -32,7 +32,7 @@ from minfer.request import (
     RequestOutput,
     SamplingParams,
 )
-from minfer.scheduler.scheduler import Scheduler, SchedulerOutput
+from minfer.scheduler.scheduler import Scheduler, SchedulerOutput, step_budgets
 from minfer.trace import StepTrace
 
 Prompt = str | Sequence[int]
@@ -106,8 +106,7 @@ class LLMEngine:
                 from minfer.cuda_graphs import profile_forward
 
                 # the largest step's activations stay reserved by PyTorch, so the pool leaves room for them
-                step_tokens = cfg.max_num_batched_tokens or cfg.max_num_seqs + (
-                    cfg.chunked_prefill_size if cfg.enable_chunked_prefill else self.max_model_len)
+                step_tokens = step_budgets(cfg, self.max_model_len)[1]
                 profile_forward(model, step_tokens, cfg.max_num_seqs)
                 num_blocks = num_blocks_for_gpu(mcfg, cfg.block_size, dtype, cfg.gpu_memory_utilization, cfg.device)
             else:
@@ -140,18 +139,20 @@ class LLMEngine:
                 f"prompt has {len(ids)} tokens; the model's limit (max_model_len) is {self.max_model_len}, "
                 "and a request needs room for at least one new token"
             )
-        bs, pool = self.config.block_size, self.block_pool
-        # the KV slots it holds at its longest (the last sampled token is never stored)
-        kv_slots = min(len(ids) + params.max_tokens, self.max_model_len) - 1
-        if -(-kv_slots // bs) > pool.num_blocks:
-            raise ValueError(
-                f"prompt of {len(ids)} tokens + max_tokens={params.max_tokens} needs {-(-kv_slots // bs)} KV blocks "
-                f"of {bs} tokens but the whole pool has {pool.num_blocks} (num_blocks): it could never finish"
-            )
         if arrival_time is not None and not math.isfinite(arrival_time):
             raise ValueError(f"arrival_time must be a finite number of seconds, got {arrival_time!r}")
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise ValueError(f"priority must be an integer (lower is served first), got {priority!r}")
+        if tenant is not None and not isinstance(tenant, str):
+            raise ValueError(f"tenant must be a string or None, got {tenant!r}")
         req = Request(request_id, list(ids), params, self.now if arrival_time is None else float(arrival_time),
                       prompt=text, priority=priority, tenant=tenant, eos_token_ids=self.eos_token_ids)
+        pool = self.block_pool
+        if (need := pool.blocks_for(req.max_kv_slots(self.max_model_len))) > pool.num_blocks:
+            raise ValueError(
+                f"prompt of {len(ids)} tokens + max_tokens={params.max_tokens} needs {need} KV blocks of "
+                f"{pool.block_size} tokens but the whole pool has {pool.num_blocks} (num_blocks): it could never finish"
+            )
         self._texts[request_id] = ""
         self.scheduler.add_request(req, self.now)
         return req
@@ -176,6 +177,12 @@ class LLMEngine:
         self.scheduler.finish(req, "abort", None, self.now)
         self._aborted.append(req)
         return True
+
+    def _discard(self, request_id: str) -> None:
+        """Take back a request that was just added, as if it never had been: no output, nothing kept."""
+        req = self.scheduler.requests[request_id]
+        self.scheduler.finish(req, "abort", None, self.now)
+        self._texts.pop(request_id, None)
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests() or bool(self._aborted)
@@ -214,27 +221,41 @@ class LLMEngine:
         out, aborted). Finished requests move to ``self.finished``."""
         outputs = []
         for req in changed:
-            text = self._detokenize(req, now) if self.tokenizer is not None else ""  # may finish it (stop string)
+            new_text = self._detokenize(req, now)  # may finish it (a stop string)
             if self._stream or req.is_finished:
-                outputs.append(self._output(req, [req.output_token_ids[-1]], text))
-        outputs += [self._output(req, [], "") for req in ended + self._aborted]
+                outputs.append(self._output(req, [req.output_token_ids[-1]], new_text))
+        outputs += [self._output(req, [], self._detokenize(req, now)) for req in ended + self._aborted]
         self._aborted = []
         return outputs
 
     def _detokenize(self, req: Request, now: float) -> str:
-        """The text the request's new token adds; finishes the request on a stop string."""
-        old = self._texts.get(req.request_id, "")
-        text = self.tokenizer.decode(req.output_token_ids)
+        """The text this step adds to the request's stream; finishes the request on a stop string.
+
+        The whole output is decoded again each time: the simplest detokenizer that is always right, since a
+        token's text can depend on its neighbours. ``self._texts`` keeps what was streamed so far. Two things
+        wait until they are settled: a trailing "\ufffd" (a character whose other bytes come with the next
+        token), and, while stop strings are set, the last characters that could still begin one -- a client
+        must never receive text that a stop string then removes."""
         stops = req.params.stop
+        if self.tokenizer is None or not (self._stream or stops or req.is_finished):
+            return ""  # run() reads only final outputs: decode once, at the end
+        streamed = self._texts.get(req.request_id, "")
+        text = self.tokenizer.decode(req.output_token_ids)
         if stops and not req.is_finished:
             for s in stops:
-                at = text.find(s, max(0, len(old) - len(s)))
+                at = text.find(s, max(0, len(streamed) - len(s)))
                 if at >= 0:
                     text = text[:at]
                     self.scheduler.finish(req, "stop", s, now)
                     break
-        self._texts[req.request_id] = text
-        return text[len(old):] if text.startswith(old) else text
+        settled = text
+        if not req.is_finished:
+            if stops:
+                settled = settled[: max(0, len(settled) - max(map(len, stops)) + 1)]
+            settled = settled.rstrip("\ufffd")
+        new = settled[len(streamed):] if settled.startswith(streamed) else ""
+        self._texts[req.request_id] = text if req.is_finished else streamed + new
+        return new
 
     def _output(self, req: Request, new_ids: list[int], new_text: str) -> RequestOutput:
         finished = req.is_finished
@@ -325,8 +346,7 @@ class LLM:
                 ids.append(rid)
         except ValueError:
             for rid in ids:  # all or nothing: a bad prompt leaves the engine as it was
-                self.engine.abort_request(rid)
-            self.engine._aborted.clear()
+                self.engine._discard(rid)
             raise
         done = {o.request_id: o for o in self.engine.run(progress=use_tqdm)}
         return [done[rid] for rid in ids]

@@ -144,6 +144,11 @@ class Request:
     def is_finished(self) -> bool:
         return self.status is RequestStatus.FINISHED
 
+    def max_kv_slots(self, max_model_len: int) -> int:
+        """KV slots the request holds at its longest: prompt + ``max_tokens`` within the model's limit, less
+        one -- the last sampled token is returned, never fed back, so its K/V is never stored."""
+        return min(self.num_prompt_tokens + self.params.max_tokens, max_model_len) - 1
+
     def token_ids(self, start: int, end: int) -> list[int]:
         """Tokens ``start..end`` of prompt + output, without concatenating the two lists."""
         p = len(self.prompt_token_ids)

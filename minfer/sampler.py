@@ -22,8 +22,9 @@ def filter_logits(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Ten
         sorted_logits, order = logits.sort(dim=-1, descending=True)
         ranks = torch.arange(vocab, device=logits.device)[None, :]
         drop = ranks >= top_k[:, None]  # top-k: keep the k best
-        probs = sorted_logits.softmax(dim=-1)
-        drop |= (probs.cumsum(dim=-1) - probs) >= top_p[:, None]  # top-p: keep until the mass reaches p
+        # top-p on what top-k kept, renormalized (as vLLM and Hugging Face do): keep until the mass reaches p
+        probs = sorted_logits.masked_fill(drop, float("-inf")).softmax(dim=-1)
+        drop |= (probs.cumsum(dim=-1) - probs) >= top_p[:, None]
         sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
         logits = torch.empty_like(logits).scatter_(-1, order, sorted_logits)
     return logits
@@ -45,6 +46,7 @@ def sample(logits: Tensor, params: list[SamplingParams], generators: list[torch.
         # Inverse-CDF sampling with one uniform draw per token from the row's own stream.
         u = torch.stack([torch.rand((), generator=generators[i] or default) for i in rows])
         cdf = probs.cumsum(dim=-1)
-        picked = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None]).squeeze(1).clamp_(max=vocab - 1)
+        # the first token whose cumulative mass exceeds the draw (right=True: never a token of probability 0)
+        picked = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(1).clamp_(max=vocab - 1)
         tokens[sel] = picked.to(tokens.device)
     return tokens.tolist()

@@ -90,9 +90,8 @@ def bursts(num_bursts: int, burst_size: int, interval: float, prompt_median: flo
 
 
 def long_prompt_spike(base: list[WorkItem], at: float, count: int = 2, prompt_len: int = 2048,
-                      output_len: int = 16, seed: int = 0) -> list[WorkItem]:
+                      output_len: int = 16) -> list[WorkItem]:
     """``base`` plus ``count`` requests with very long prompts arriving at time ``at``."""
-    del seed  # the spike is fully specified; the argument keeps every generator's signature alike
     spike = [WorkItem(at, prompt_len, output_len, tenant="spike") for _ in range(count)]
     return sorted(base + spike, key=lambda w: w.arrival_time)
 

@@ -47,6 +47,9 @@ def test_bad_requests_raise_and_change_nothing():
     assert pool.num_free_blocks == 4
     assert before.num_used == 3
     pool.check_invariants(owners=[])
+    # a growth the pool cannot hold leaves no trace, not even an empty table for a new owner
+    assert pool.try_append_slots("x", 100) is None and "x" not in pool.tables
+    pool.check_invariants(owners=[])
 
 
 def test_prefix_hits_share_blocks_and_survive_in_the_free_list_until_evicted():

@@ -134,6 +134,65 @@ def test_reserve_admission_never_preempts(tiny):
     assert max(t.num_running for t in e.trace) == 1  # 10 blocks hold one request's 38 slots at a time
 
 
+def test_reserve_admission_caps_at_max_model_len(tiny):
+    """max_tokens far beyond the model's limit: the request can only ever hold max_model_len - 1 slots, so
+    reserve admission must reserve that many, not prompt + max_tokens (which would never fit, and wait forever)."""
+    e = engine(tiny, num_blocks=8, block_size=16, max_model_len=128, admission="reserve")
+    e.add_request("a", [5] * 10, SamplingParams(max_tokens=10_000, temperature=0, ignore_eos=True))
+    out = run_checked(e, max_steps=500)["a"].outputs[0]
+    assert out.finish_reason == "length" and len(out.token_ids) == 128 - 10
+
+
+def streamed(e: LLMEngine) -> tuple[dict[str, str], dict]:
+    """Run to the end, concatenating each request's streamed ``new_text``; also the final outputs."""
+    pieces: dict[str, str] = {}
+    final = {}
+    while e.has_unfinished_requests():
+        for out in e.step():
+            pieces[out.request_id] = pieces.get(out.request_id, "") + out.new_text
+            if out.finished:
+                final[out.request_id] = out
+        e.scheduler.check_invariants()
+    return pieces, final
+
+
+def test_streamed_text_adds_up_to_the_final_text(tiny):
+    """The byte tokenizer splits multi-byte characters across tokens, and stop strings cut text after the fact:
+    neither may make the stream repeat or show text the final output does not have."""
+    model, tok = tiny
+    ids = tok.encode("héllo wörld ✓ done")  # one token per UTF-8 byte
+    # first the detokenizer alone, fed a known output one byte (token) at a time
+    e = engine(tiny, num_blocks=64)
+    req = e.add_request("r", [5], SamplingParams(max_tokens=len(ids), stop=["✓"]))
+    stream = ""
+    for i, t in enumerate(ids):
+        req.append_token(t)
+        stream += e._detokenize(req, 0.0)
+        assert "\ufffd" not in stream, f"a half character was streamed after token {i}"
+        if req.is_finished:
+            break
+    assert req.finish_reason == "stop" and req.stop_reason == "✓"
+    assert stream == e._texts["r"] == "héllo wörld "
+    # and through the engine: greedy tokens of the tiny model are arbitrary bytes, so cut at a piece of them
+    text = tok.decode(list(alone((5,) * 6, 24)))
+    piece = text[5:8]
+    e = engine(tiny, num_blocks=64)
+    e.add_request("free", [5] * 6, SamplingParams(max_tokens=24, temperature=0, ignore_eos=True))
+    e.add_request("cut", [5] * 6, SamplingParams(max_tokens=24, temperature=0, ignore_eos=True, stop=[piece]))
+    pieces, final = streamed(e)
+    assert pieces["free"] == final["free"].outputs[0].text == text
+    assert pieces["cut"] == final["cut"].outputs[0].text == text[: text.find(piece)]
+
+
+def test_generate_with_a_bad_prompt_leaves_nothing_behind(tiny):
+    llm = LLM.__new__(LLM)
+    llm.engine, llm._ids = engine(tiny, num_blocks=64), iter(range(10**6))
+    with pytest.raises(ValueError, match="empty"):
+        llm.generate([[5, 6], [7], []], GREEDY, use_tqdm=False)
+    assert not llm.engine.has_unfinished_requests() and not llm.engine._texts and not llm.engine.finished
+    assert llm.generate([[5, 6]], GREEDY, use_tqdm=False)[0].outputs[0].token_ids == list(alone((5, 6), 12))
+
+
 def test_stop_conditions(tiny):
     model, tok = tiny
     free_run = alone(tuple([5] * 6), 12)
@@ -198,7 +257,12 @@ def test_bad_requests_are_refused_without_disturbing_others(tiny):
         e.add_request("ok", [7], GREEDY)
     with pytest.raises(ValueError, match="token ids"):
         e.add_request("vocab", [5, 10**6], GREEDY)
-    assert list(e.scheduler.requests) == ["ok"]
+    with pytest.raises(ValueError, match="priority"):
+        e.add_request("prio", [5], GREEDY, priority="high")
+    with pytest.raises(ValueError, match="tenant"):
+        e.add_request("tenant", [5], GREEDY, tenant=7)
+    assert list(e.scheduler.requests) == ["ok"] and list(e._texts) == ["ok"]
+    e.scheduler.check_invariants()
     assert e.abort_request("nobody") is False
     assert run_checked(e)["ok"].outputs[0].token_ids == list(alone((5, 6), 12))
 

@@ -136,6 +136,23 @@ def test_priority_preemption_only_when_the_arrival_cannot_start_otherwise():
     assert not any(t.preempted for t in e.trace)
 
 
+def test_priority_preemption_counts_only_the_first_chunk_of_a_long_prompt(tiny):
+    """The urgent prompt needs more blocks than are free, but its first chunk fits: it starts, nobody is
+    preempted, and its later chunks come as running requests finish."""
+    model, tok = tiny
+    e = LLMEngine(EngineConfig(model="tiny-random", num_blocks=24, block_size=16, chunked_prefill_size=64,
+                               policy="priority", priority_preemption=True), model=model, tokenizer=tok)
+    e.add_request("low", [5] * 100, SamplingParams(max_tokens=40, temperature=0, ignore_eos=True), priority=9)
+    for _ in range(3):
+        e.step()
+    free = e.block_pool.num_free_blocks
+    assert free < 300 // 16 and free >= 64 // 16  # the whole prompt does not fit, its first chunk does
+    e.add_request("urgent", [7] * 300, SamplingParams(max_tokens=4, temperature=0, ignore_eos=True), priority=0)
+    e.step()
+    assert e.trace[-1].admitted == ["urgent"] and not e.trace[-1].preempted
+    run_checked(e)
+
+
 def test_knobs_that_act_on_priorities_need_the_priority_policy():
     with pytest.raises(ValueError, match="priority_preemption.*policy='priority'"):
         EngineConfig(priority_preemption=True)

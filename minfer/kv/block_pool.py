@@ -107,9 +107,13 @@ class BlockPool:
     def can_allocate(self, n: int) -> bool:
         return 0 <= n <= len(self.free_queue)
 
+    def blocks_for(self, num_tokens: int) -> int:
+        """Blocks that hold ``num_tokens`` tokens: the ceiling of ``num_tokens / block_size``."""
+        return -(-num_tokens // self.block_size)
+
     def blocks_needed(self, owner: str, num_new_tokens: int) -> int:
         """New blocks ``owner`` must take to hold ``num_new_tokens`` more tokens."""
-        need = -(-(self.num_tokens.get(owner, 0) + num_new_tokens) // self.block_size) - len(self.tables.get(owner, ()))
+        need = self.blocks_for(self.num_tokens.get(owner, 0) + num_new_tokens) - len(self.tables.get(owner, ()))
         return need if need > 0 else 0  # a table may hold more than it fills (admission="reserve")
 
     def allocate(self, owner: str, n: int) -> list[int]:
@@ -128,16 +132,11 @@ class BlockPool:
         """Grow ``owner`` by ``num_new_tokens`` token slots, taking a block only when the last is full.
         Returns the blocks taken (usually none: 15 of 16 decode steps fit in the last block), or ``None``,
         changing nothing, if the pool has too few free blocks."""
-        table = self.tables.get(owner)
-        if table is None:  # a new owner: an empty table
-            self.allocate(owner, 0)
-            table = self.tables[owner]
-        total = self.num_tokens[owner] + num_new_tokens
-        need = -(-total // self.block_size) - len(table)
+        need = self.blocks_needed(owner, num_new_tokens)
         if need > len(self.free_queue):
             return None
-        blocks = self.allocate(owner, need) if need > 0 else []
-        self.num_tokens[owner] = total
+        blocks = self.allocate(owner, need)  # a new owner gets its table here, even with need == 0
+        self.num_tokens[owner] += num_new_tokens
         return blocks
 
     def append_slots(self, owner: str, num_new_tokens: int = 1) -> list[int]:
@@ -217,14 +216,6 @@ class BlockPool:
     def num_cached_blocks(self) -> int:
         return len(self.hash_to_block)
 
-    def reset_prefix_cache(self) -> None:
-        """Forget every cached hash (blocks in use keep their contents)."""
-        for b in self.hash_to_block.values():
-            self.block_hash[b] = None
-        self.hash_to_block.clear()
-        for owner in self.num_hashed:
-            self.num_hashed[owner] = 0
-
     # ---- views and checks ------------------------------------------------------------------------
     def snapshot(self) -> PoolSnapshot:
         filled = [0] * self.num_blocks
@@ -244,7 +235,7 @@ class BlockPool:
     def check_invariants(self, owners: Iterable[str] | None = None) -> None:
         """Raise ``AssertionError`` if the pool's bookkeeping is inconsistent. ``owners``: the ids the
         caller believes hold blocks (the scheduler passes its running requests)."""
-        n, bs = self.num_blocks, self.block_size
+        n = self.num_blocks
         used = [b for b in range(n) if self.ref_counts[b] > 0]
         assert len(self.free_queue) + len(used) == n, "free + used != total"
         assert all(self.ref_counts[b] == 0 for b in self.free_queue), "a free block has references"
@@ -254,7 +245,7 @@ class BlockPool:
             assert len(set(table)) == len(table), f"{owner!r} lists a block twice"
             for b in table:
                 held[b] += 1
-            assert len(table) >= -(-self.num_tokens[owner] // bs), f"{owner!r} holds tokens past its blocks"
+            assert len(table) >= self.blocks_for(self.num_tokens[owner]), f"{owner!r} holds tokens past its blocks"
             assert self.num_hashed[owner] <= len(table), f"{owner!r} hashed blocks it does not hold"
         assert held == self.ref_counts, "ref counts differ from the number of tables holding each block"
         for h, b in self.hash_to_block.items():

@@ -64,9 +64,12 @@ class SchedulerOutput:
     def num_decode_tokens(self) -> int:
         return sum(1 for c in self.chunks if c.is_decode)
 
-    @property
-    def is_empty(self) -> bool:
-        return not self.chunks
+
+def step_budgets(config: EngineConfig, max_model_len: int) -> tuple[int, int]:
+    """(prompt tokens one step may ingest, tokens one step may compute). Unchunked, a whole prompt is one
+    step's prompt budget; the token budget defaults to a full prompt budget plus one decode per sequence."""
+    prompt = config.chunked_prefill_size if config.enable_chunked_prefill else max_model_len
+    return prompt, config.max_num_batched_tokens or prompt + config.max_num_seqs
 
 
 class Scheduler:
@@ -79,22 +82,19 @@ class Scheduler:
         self.pending: list[tuple[float, int, Request]] = []  # heap of future arrivals
         self.requests: dict[str, Request] = {}  # every unfinished request
         self._seq = itertools.count()
-        self.max_num_batched_tokens = config.max_num_batched_tokens or (
-            (config.chunked_prefill_size if config.enable_chunked_prefill else max_model_len)
-            + config.max_num_seqs
-        )
+        self.prompt_budget, self.max_num_batched_tokens = step_budgets(config, max_model_len)
         self._arrivals: list[Request] = []  # queued since the last schedule(): max_waiting may refuse them
         self.drain = DrainRate()  # how fast the queue drains (SLO shedding predicts waits from it)
         self.queued_since: dict[str, float] = {}  # when a promoted request's queue-time clock restarted
 
     # ---- the queue -------------------------------------------------------------------------------
     def add_request(self, req: Request, now: float) -> None:
-        self.requests[req.request_id] = req
         if req.arrival_time > now:
             req.status = RequestStatus.PENDING
             heapq.heappush(self.pending, (req.arrival_time, next(self._seq), req))
         else:
             self._enqueue(req)
+        self.requests[req.request_id] = req  # last: a request the queue refused is not half-added
 
     def _enqueue(self, req: Request) -> None:
         req.status = RequestStatus.WAITING
@@ -130,7 +130,7 @@ class Scheduler:
             self._preempt_for_priority(out)
 
         tokens_left = self.max_num_batched_tokens
-        prompt_left = cfg.chunked_prefill_size if cfg.enable_chunked_prefill else self.max_model_len
+        prompt_left = self.prompt_budget
         chunks_left = cfg.max_prefill_chunks_per_step
 
         # 1. running requests, most important first
@@ -174,12 +174,8 @@ class Scheduler:
                 n = min(n, limit)
             elif n > limit and out.chunks:  # unchunked: the whole prompt at once, alone if it must
                 break
-            total_blocks = -(-(computed + n) // self.block_size)
-            if cfg.admission == "reserve":  # room for every token it may ever hold
-                total_blocks = max(total_blocks, -(-(req.num_prompt_tokens + req.params.max_tokens - 1)
-                                                   // self.block_size))
-            fresh_hits = sum(1 for b in hits if self.pool.ref_counts[b] == 0)  # leave the free list
-            if total_blocks - len(hits) + fresh_hits > self.pool.num_free_blocks:
+            total_blocks, need = self._admission_blocks(req, hits, n)
+            if need > self.pool.num_free_blocks:
                 break  # head-of-line: wait for memory rather than let smaller requests overtake
             self.policy.pop()
             self._admit(req, hits, total_blocks, now, out)
@@ -200,6 +196,15 @@ class Scheduler:
             return []
         req.block_hashes = chain_hashes(req.all_token_ids(), self.block_size, req.block_hashes)
         return self.pool.lookup(req.block_hashes[: (req.num_tokens - 1) // self.block_size])
+
+    def _admission_blocks(self, req: Request, hits: list[int], n: int) -> tuple[int, int]:
+        """Admitting ``req`` to compute its first ``n`` tokens after the cached prefix ``hits``: the blocks its
+        table will hold, and how many of them leave the free list (new blocks, and cached ones nobody holds)."""
+        total = self.pool.blocks_for(len(hits) * self.block_size + n)
+        if self.config.admission == "reserve":  # room for every token it may ever hold
+            total = max(total, self.pool.blocks_for(req.max_kv_slots(self.max_model_len)))
+        fresh_hits = sum(1 for b in hits if self.pool.ref_counts[b] == 0)
+        return total, total - len(hits) + fresh_hits
 
     def _admit(self, req: Request, hits: list[int], total_blocks: int, now: float,
                out: SchedulerOutput) -> None:
@@ -243,9 +248,13 @@ class Scheduler:
             victim = self.running[-1]
             if head.priority >= victim.priority:
                 return
-            need = -(-(head.num_tokens - head.num_computed_tokens) // self.block_size)
-            if len(self.running) < self.config.max_num_seqs and need <= self.pool.num_free_blocks:
-                return
+            if len(self.running) < self.config.max_num_seqs:  # a free slot: does its first chunk fit?
+                hits = self._prefix_hits(head)
+                n = head.num_tokens - len(hits) * self.block_size
+                if self.config.enable_chunked_prefill:
+                    n = min(n, self.config.chunked_prefill_size)
+                if self._admission_blocks(head, hits, n)[1] <= self.pool.num_free_blocks:
+                    return
             self._preempt(victim, out)
 
     def _drop_expired(self, now: float, out: SchedulerOutput) -> None:
