@@ -71,8 +71,8 @@ class Summary:
     num_requests: int
     finish_reasons: dict[str, int]
     duration: float  # first arrival → last finish, seconds on the engine clock
-    prompt_tokens: int
-    output_tokens: int
+    prompt_tokens: int  # prompts of served requests ("stop" or "length"): the prompts the engine finished
+    output_tokens: int  # every generated token, aborted requests' included: work the engine did
     output_throughput: float  # output tokens per second
     request_throughput: float
     ttft: Latency
