@@ -55,13 +55,15 @@ def register_runner(name: str, runner: Runner | None = None) -> Any:
 
 @dataclass(slots=True)
 class Result:
-    """One system's run: the full summary when the system is an engine, throughput at least."""
+    """One system's run: the full summary when the system is an engine, throughput at least. With repeated
+    runs, the run of median throughput, and every run's throughput in ``all_throughputs``."""
 
     name: str
     output_tokens: int
     seconds: float
     summary: Summary | None = None
     config: dict[str, Any] = field(default_factory=dict)
+    all_throughputs: list[float] = field(default_factory=list)
 
     @property
     def throughput(self) -> float:
@@ -69,7 +71,7 @@ class Result:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "output_tokens": self.output_tokens, "seconds": self.seconds,
-                "output_throughput": self.throughput, "config": self.config,
+                "output_throughput": self.throughput, "all_throughputs": self.all_throughputs, "config": self.config,
                 "summary": self.summary.to_dict() if self.summary else None}
 
 
@@ -127,13 +129,22 @@ def run_system(name: str, runner: Runner, workload: list[WorkItem], config: dict
 
 
 def compare(workload: list[WorkItem], runners: dict[str, Runner], configs: dict[str, dict] | None = None,
-            echo: bool = False) -> list[Result]:
-    """Run every system on the same workload, in order."""
+            echo: bool = False, repeat: int = 1) -> list[Result]:
+    """Run every system on the same workload. With ``repeat`` > 1 the systems take turns (A B C A B C ...), so
+    a drift in the machine's speed reaches them alike, and each reports its run of median throughput."""
+    if repeat < 1:
+        raise ValueError(f"repeat must be >= 1, got {repeat}")
+    runs: dict[str, list[Result]] = {name: [] for name in runners}
+    for i in range(repeat):
+        for name, runner in runners.items():
+            if echo:
+                print(f"running {name}" + (f" ({i + 1}/{repeat})" if repeat > 1 else "") + " ...", flush=True)
+            runs[name].append(run_system(name, runner, workload, (configs or {}).get(name)))
     results = []
-    for name, runner in runners.items():
-        if echo:
-            print(f"running {name} ...", flush=True)
-        results.append(run_system(name, runner, workload, (configs or {}).get(name)))
+    for rs in runs.values():
+        median = sorted(rs, key=lambda r: r.throughput)[(len(rs) - 1) // 2]
+        median.all_throughputs = [r.throughput for r in rs]
+        results.append(median)
     return results
 
 
@@ -149,20 +160,24 @@ def format_table(results: Sequence[Result]) -> str:
     rows = []
     for r in results:
         s = r.summary
+        runs = r.all_throughputs
+        tput = f"{r.throughput:.1f}" + (f" ({min(runs):.0f}-{max(runs):.0f})" if len(runs) > 1 else "")
         if s is None:
-            rows.append([r.name, f"{r.throughput:.1f}"] + ["-"] * (len(head) - 2))
+            rows.append([r.name, tput] + ["-"] * (len(head) - 2))
             continue
         lat = lambda x: "/".join(_ms(v) for v in (x.p50, x.p95, x.p99))
         goodput = "-" if s.goodput is None else f"{s.goodput:.2f}"
         met = "-" if s.slo_attainment is None else f"{100 * s.slo_attainment:.0f}%"
         sched = s.extra.get("scheduler_ms_per_step")
-        rows.append([r.name, f"{r.throughput:.1f}", lat(s.ttft), lat(s.itl), lat(s.tpot), lat(s.e2e), goodput,
+        rows.append([r.name, tput, lat(s.ttft), lat(s.itl), lat(s.tpot), lat(s.e2e), goodput,
                      met, str(s.num_preemptions), "-" if sched is None else f"{sched:.2f}"])
     widths = [max(len(row[i]) for row in [head] + rows) for i in range(len(head))]
     line = lambda row: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                                  for i, (c, w) in enumerate(zip(row, widths)))
     return "\n".join([line(head), line(["-" * w for w in widths])] + [line(row) for row in rows]) + \
-        "\n(latencies in ms; throughput in output tokens per second of the run)"
+        "\n(latencies in ms; throughput in output tokens per second of the run" + \
+        ("; repeated: the median run, the range of all runs in brackets)" if any(len(r.all_throughputs) > 1
+                                                                               for r in results) else ")")
 
 
 def save_json(results: Sequence[Result], path: str, meta: dict | None = None) -> None:
@@ -278,6 +293,8 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     p.add_argument("--slo-ttft", type=float, default=None)
     p.add_argument("--slo-tpot", type=float, default=None)
     p.add_argument("--slo-e2e", type=float, default=None)
+    p.add_argument("--repeat", type=int, default=1, help="run the systems in turn this many times and report "
+                   "each one's median run (steadier figures on a noisy machine)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
     p.add_argument("--scale", action="store_true", help="time the simulator on 10,000 requests")
     p.add_argument("--list", action="store_true", help="list the registered systems")
@@ -322,11 +339,11 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     prompt = sum(w.prompt_len for w in workload)
     output = sum(w.output_len for w in workload)
     print(f"workload: {len(workload)} requests, {prompt:,} prompt and {output:,} output tokens")
-    results = compare(workload, runners, configs, echo=True)
+    results = compare(workload, runners, configs, echo=True, repeat=args.repeat)
     print(format_table(results))
     if args.json:
         save_json(results, args.json, {"workload": args.workload or "readme", "requests": len(workload),
-                                       "prompt_tokens": prompt, "output_tokens": output,
+                                       "prompt_tokens": prompt, "output_tokens": output, "repeat": args.repeat,
                                        "slo": asdict(slo) if slo else None})
     return results
 

@@ -100,3 +100,23 @@ def test_scale_benchmark_small():
     figures = scale_benchmark(n=150, rate=50.0, max_num_seqs=16, repeats=1)
     assert figures["output_tokens"] > 0 and figures["steps_per_s_at_full_batch"] > 0
     assert figures["simulated_s"] > 150 / 50.0 * 0.5, "the simulated run spans the arrival window"
+
+
+def test_repeated_runs_take_turns_and_report_the_median_run():
+    order: list[str] = []
+    seconds = {"a": iter([4.0, 1.0, 2.0]), "b": iter([1.0, 1.0, 1.0])}
+
+    def runner(name):
+        def run(workload):
+            order.append(name)
+            return 100, next(seconds[name])
+        return run
+
+    results = compare(fixed_mix(4, seed=0), {"a": runner("a"), "b": runner("b")}, repeat=3)
+    assert order == ["a", "b"] * 3  # in turn, so a drift in the machine's speed reaches both alike
+    a, b = results
+    assert a.seconds == 2.0 and a.all_throughputs == [25.0, 100.0, 50.0]  # the median run, and every run
+    assert b.throughput == 100.0
+    assert "50.0 (25-100)" in format_table(results)
+    with pytest.raises(ValueError, match="repeat"):
+        compare([], {}, repeat=0)
