@@ -241,12 +241,15 @@ class LLMEngine:
             return ""  # run() reads only final outputs: decode once, at the end
         streamed = self._texts.get(req.request_id, "")
         text = self.tokenizer.decode(req.output_token_ids)
-        if stops and not req.is_finished:
+        if stops and req.finish_reason in (None, "length"):  # the last token may complete a stop string too
             for s in stops:
                 at = text.find(s, max(0, len(streamed) - len(s)))
                 if at >= 0:
                     text = text[:at]
-                    self.scheduler.finish(req, "stop", s, now)
+                    if req.is_finished:  # by max_tokens in this very step: the stop string wins, as in vLLM
+                        req.finish_reason, req.stop_reason = "stop", s
+                    else:
+                        self.scheduler.finish(req, "stop", s, now)
                     break
         settled = text
         if not req.is_finished:

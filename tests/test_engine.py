@@ -156,24 +156,39 @@ def streamed(e: LLMEngine) -> tuple[dict[str, str], dict]:
     return pieces, final
 
 
+def streamed_script(e: LLMEngine, rid: str, script: list[int]) -> tuple[str, object]:
+    """Run ``e`` to the end with request ``rid``'s sampled tokens replaced by ``script``, one per step (the
+    model still runs; only what it sampled for ``rid`` is overridden). Returns its streamed text, final output."""
+    tokens = iter(script)
+    real = e.executor.execute
+
+    def scripted(out):
+        sampled, seconds = real(out)
+        if rid in sampled:
+            sampled[rid] = next(tokens)
+        return sampled, seconds
+
+    e.executor.execute = scripted
+    pieces, final = streamed(e)
+    return pieces[rid], final[rid]
+
+
 def test_streamed_text_adds_up_to_the_final_text(tiny):
     """The byte tokenizer splits multi-byte characters across tokens, and stop strings cut text after the fact:
-    neither may make the stream repeat or show text the final output does not have."""
+    neither may make the stream repeat, show half a character, or show text the final output does not have."""
     model, tok = tiny
-    ids = tok.encode("héllo wörld ✓ done")  # one token per UTF-8 byte
-    # first the detokenizer alone, fed a known output one byte (token) at a time
+    script = tok.encode("héllo wörld ✓ done")  # one token per UTF-8 byte
     e = engine(tiny, num_blocks=64)
-    req = e.add_request("r", [5], SamplingParams(max_tokens=len(ids), stop=["✓"]))
-    stream = ""
-    for i, t in enumerate(ids):
-        req.append_token(t)
-        stream += e._detokenize(req, 0.0)
-        assert "\ufffd" not in stream, f"a half character was streamed after token {i}"
-        if req.is_finished:
-            break
-    assert req.finish_reason == "stop" and req.stop_reason == "✓"
-    assert stream == e._texts["r"] == "héllo wörld "
-    # and through the engine: greedy tokens of the tiny model are arbitrary bytes, so cut at a piece of them
+    e.add_request("r", [5], SamplingParams(max_tokens=len(script), stop=["✓"]))
+    stream, final = streamed_script(e, "r", script)
+    assert final.outputs[0].finish_reason == "stop" and final.outputs[0].stop_reason == "✓"
+    assert stream == final.outputs[0].text == "héllo wörld "  # no "\ufffd", no repeats
+    # a stop string completed by the very token that reaches max_tokens still cuts the text
+    e = engine(tiny, num_blocks=64)
+    e.add_request("last", [5], SamplingParams(max_tokens=3, stop=["ab"]))
+    stream, final = streamed_script(e, "last", tok.encode("xab"))
+    assert stream == final.outputs[0].text == "x" and final.outputs[0].finish_reason == "stop"
+    # and on the model's own tokens (arbitrary bytes for the tiny model), cut at a piece of them
     text = tok.decode(list(alone((5,) * 6, 24)))
     piece = text[5:8]
     e = engine(tiny, num_blocks=64)
