@@ -106,6 +106,8 @@ class LLMEngine:
                 from minfer.cuda_graphs import profile_forward
 
                 # the largest step's activations stay reserved by PyTorch, so the pool leaves room for them
+                # (CUDA-graph capture empties that cache and allocates its own; the 1 - gpu_memory_utilization
+                # left over, 10% by default, is the margin that covers the difference)
                 step_tokens = step_budgets(cfg, self.max_model_len)[1]
                 profile_forward(model, step_tokens, cfg.max_num_seqs)
                 num_blocks = num_blocks_for_gpu(mcfg, cfg.block_size, dtype, cfg.gpu_memory_utilization, cfg.device)
@@ -119,7 +121,8 @@ class LLMEngine:
         if cfg.device.startswith("cuda") and cfg.cuda_graphs:
             from minfer.cuda_graphs import enable_cuda_graphs
 
-            enable_cuda_graphs(self.executor, max_batch=cfg.max_num_seqs)
+            with torch.cuda.device(torch.device(cfg.device)):  # capture on this engine's GPU, not the current one
+                enable_cuda_graphs(self.executor, max_batch=cfg.max_num_seqs)
 
     # ---- requests --------------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt: Prompt, params: SamplingParams | None = None,

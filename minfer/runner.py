@@ -69,6 +69,12 @@ class ModelRunner:
 
     def execute(self, out: SchedulerOutput) -> tuple[dict[str, int], float | None]:
         """Run the step; returns the sampled token per request id (and ``None``: time it by the wall clock)."""
+        if self.device.type == "cuda":  # Triton launches on the *current* device: make it this engine's
+            with torch.cuda.device(self.device):
+                return self._execute(out)
+        return self._execute(out)
+
+    def _execute(self, out: SchedulerOutput) -> tuple[dict[str, int], float | None]:
         # one-token chunks (decodes) first, longest context first: the reference attention batches them
         chunks = sorted(out.chunks, key=lambda c: (c.num_tokens > 1, -c.start))
         input_ids, positions, meta = self.prepare(chunks)

@@ -171,8 +171,12 @@ def decode_roofline(model, tok, batch: int = 64, steps: int = 50) -> dict:
     for i in range(batch):
         prompt = [rng.randrange(3, SMOLLM2_SHAPE["vocab_size"]) for _ in range(rng.randint(*PROMPT_LENS))]
         engine.add_request(f"d{i}", prompt, SamplingParams(max_tokens=4096, temperature=0.0, ignore_eos=True))
-    while not (engine.trace and len(engine.trace[-1].decode_tokens) == batch):
-        engine.step()  # prefill everything first
+    for _ in range(1000):  # prefill everything first (a few steps; bounded, so a bug cannot spin forever)
+        if engine.trace and len(engine.trace[-1].decode_tokens) == batch:
+            break
+        engine.step()
+    else:
+        raise RuntimeError(f"the engine never decoded all {batch} requests in one step")
     for _ in range(5):
         engine.step()  # warm the batch-64 graph
     step_times = [sync_time(engine.step) for _ in range(steps)]
@@ -226,21 +230,34 @@ def kernel_timings() -> dict:
 
 
 def bench_minfer(out: Path) -> None:
+    """Each section is written to bench_minfer.json as soon as it is measured, and a section that fails
+    records its error there: a crash or the outer time limit never loses what was already measured."""
     model, tok, weights = load_minfer_model()
-    result = {**device_info(), "weights": weights, "workload": workload_info()}
-    result["kernels"] = kernel_timings()
-    print("kernels:", json.dumps(result["kernels"], indent=1))
-    variants = {"triton+graphs": {}, "triton eager": {"cuda_graphs": False},
-                "torch eager": {"attention_backend": "torch"}}
-    result["throughput"] = {}
-    for name, config in variants.items():
-        result["throughput"][name] = minfer_throughput(model, tok, **config)
-        print(f"minfer {name}: {result['throughput'][name]['output_tokens_per_s']:.0f} output tok/s")
+    result = {**device_info(), "weights": weights, "workload": workload_info(), "throughput": {}, "errors": {}}
+    path = out / "bench_minfer.json"
+
+    def section(name: str, fn, store) -> None:
+        try:
+            store(fn())
+        except Exception as e:  # keep going: the other sections still measure something
+            result["errors"][name] = f"{type(e).__name__}: {e}"
+            print(f"{name} failed: {result['errors'][name]}")
+        path.write_text(json.dumps(result, indent=2))
         gc.collect()
         torch.cuda.empty_cache()
-    result["decode"] = decode_roofline(model, tok)
-    print("decode:", json.dumps(result["decode"], indent=1))
-    (out / "bench_minfer.json").write_text(json.dumps(result, indent=2))
+
+    # the headline figures first, the diagnostics after
+    variants = {"triton+graphs": {}, "triton eager": {"cuda_graphs": False},
+                "torch eager": {"attention_backend": "torch"}}
+    for name, config in variants.items():
+        section(name, lambda c=config: minfer_throughput(model, tok, **c),
+                lambda r, n=name: result["throughput"].__setitem__(n, r))
+        if name in result["throughput"]:
+            print(f"minfer {name}: {result['throughput'][name]['output_tokens_per_s']:.0f} output tok/s")
+    section("decode", lambda: decode_roofline(model, tok), lambda r: result.__setitem__("decode", r))
+    print("decode:", json.dumps(result.get("decode"), indent=1))
+    section("kernels", kernel_timings, lambda r: result.__setitem__("kernels", r))
+    print("kernels:", json.dumps(result.get("kernels"), indent=1))
 
 
 def workload_info() -> dict:
@@ -267,7 +284,10 @@ def hf_session(hf_model, prompts, max_tokens, persistent: bool) -> float:
     with cm as manager:
         t0 = time.perf_counter()
         for i, (p, m) in enumerate(zip(prompts, max_tokens)):
-            manager.add_request(list(p), request_id=f"r{i}", max_new_tokens=m, eos_token_id=-1)
+            try:
+                manager.add_request(list(p), request_id=f"r{i}", max_new_tokens=m, eos_token_id=-1)
+            except TypeError:  # a transformers without per-request eos_token_id: the config's -1 still holds
+                manager.add_request(list(p), request_id=f"r{i}", max_new_tokens=m)
         got = {}
         while len(got) < len(prompts):
             res = manager.get_result(timeout=1)
@@ -339,14 +359,16 @@ def summary(out: Path) -> None:
         lines.append(f"GPU: {m['gpu']} (torch {m['torch']}, triton {m['triton']}); weights: {m['weights']}")
         for name, r in m["throughput"].items():
             lines.append(f"minfer {name:14s} {r['output_tokens_per_s']:8.0f} output tok/s")
+        for name, err in m.get("errors", {}).items():
+            lines.append(f"minfer {name} FAILED: {err}")
     if h:
         hf_rate = h["hf_continuous_batching"]["output_tokens_per_s"]
         lines.append(f"HF continuous batching {hf_rate:8.0f} output tok/s (transformers {h['transformers']})")
-    if m and h:
+    if m and h and "triton+graphs" in m["throughput"]:
         ratio = m["throughput"]["triton+graphs"]["output_tokens_per_s"] / hf_rate
         result["speedup_vs_hf"] = ratio
         lines.append(f"minfer / HF: {ratio:.1f}x (target >= 5x)")
-    if m:
+    if m and "decode" in m:
         d = m["decode"]
         lines.append(
             f"decode step at batch {d['batch']} ({d['context_tokens']} context tokens): "
@@ -355,6 +377,7 @@ def summary(out: Path) -> None:
             f"roofline {d['roofline_s'] * 1e6:.0f} us at {d['hbm_bytes_per_s_measured'] / 1e12:.2f} TB/s -> "
             f"{d['replay_over_roofline']:.1f}x / {d['step_over_roofline']:.1f}x (target <= 3x); "
             f"{d['kernels_per_decode_forward']} kernels per forward")
+    if m and "kernels" in m:
         for name, k in m["kernels"].items():
             lines.append(f"{name}: triton {k['triton_us']:.0f} us, torch reference "
                          f"{k['torch_reference_us']:.0f} us")
