@@ -36,12 +36,15 @@ def hf_smollm2():
     return AutoModelForCausalLM.from_pretrained(resolve_checkpoint("smollm2-135m"), dtype=torch.float32).eval()
 
 
-def run_checked(engine: LLMEngine, max_steps: int = 100_000) -> dict:
-    """Step the engine to completion, checking scheduler and pool invariants after every step.
-    Returns the final output of every request by id."""
+def run_checked(engine: LLMEngine, max_steps: int = 100_000, before_step=None) -> dict:
+    """Step the engine to completion, checking scheduler and pool invariants after every step (calling
+    ``before_step()`` before each, e.g. to abort requests mid-run). Returns the final output of every request
+    by id."""
     final = {}
     steps = 0
     while engine.has_unfinished_requests():
+        if before_step is not None:
+            before_step()
         for out in engine.step():
             if out.finished:
                 assert out.request_id not in final, f"{out.request_id} finished twice"

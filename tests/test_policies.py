@@ -336,20 +336,13 @@ def test_every_request_ends_once_with_a_reason(seed, policy, max_waiting, max_qu
                       arrival_time=rng.random() * 0.5)
     ids = list(max_tokens)
     victims = rng.sample(ids, aborts)
-    final: dict = {}
-    steps = 0
-    while e.has_unfinished_requests():
+
+    def maybe_abort() -> None:
         if victims and rng.random() < 0.2:
             e.abort_request(victims.pop())
-        for out in e.step():
-            if out.finished:
-                assert out.request_id not in final, f"{out.request_id} finished twice"
-                final[out.request_id] = out
-        e.scheduler.check_invariants()
-        steps += 1
-        assert steps < 20_000
+
+    final = run_checked(e, max_steps=20_000, before_step=maybe_abort)  # also: no block leaked
     assert sorted(final) == sorted(ids), "a request was lost"
-    assert e.block_pool.num_free_blocks == e.block_pool.num_blocks
     for out in final.values():
         c = out.outputs[0]
         assert c.finish_reason in FINISH_REASONS

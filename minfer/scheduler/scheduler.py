@@ -250,9 +250,7 @@ class Scheduler:
                 return
             if len(self.running) < self.config.max_num_seqs:  # a free slot: does its first chunk fit?
                 hits = self._prefix_hits(head)
-                n = head.num_tokens - len(hits) * self.block_size
-                if self.config.enable_chunked_prefill:
-                    n = min(n, self.config.chunked_prefill_size)
+                n = min(head.num_tokens - len(hits) * self.block_size, self.prompt_budget)  # unchunked: all of it
                 if self._admission_blocks(head, hits, n)[1] <= self.pool.num_free_blocks:
                     return
             self._preempt(victim, out)
