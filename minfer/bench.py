@@ -36,13 +36,16 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from minfer.config import EngineConfig
+from minfer.cpu_malloc import keep_freed_memory
 from minfer.metrics import SLO, Summary, summarize
+from minfer.ops.cpp_paged_attention import have_compiler
 from minfer.workload import WorkItem, bursts, fixed_mix, load_workload, long_prompt_spike, poisson, submit
 
 Runner = Callable[[list[WorkItem]], "Summary | tuple[int, float]"]
 RUNNERS: dict[str, Runner] = {}  # name → runner; the default benchmark runs those in DEFAULT_SYSTEMS
-DEFAULT_SYSTEMS = ["minfer continuous batching", "minfer continuous batching, bfloat16", "minfer static batching",
-                   "HF generate, static batches", "HF continuous batching"]
+DEFAULT_SYSTEMS = ["minfer continuous batching", "minfer continuous batching, C++ attention",
+                   "minfer continuous batching, bfloat16", "minfer static batching", "HF generate, static batches",
+                   "HF continuous batching"]
 
 
 def register_runner(name: str, runner: Runner | None = None) -> Any:
@@ -118,6 +121,9 @@ def engine_runner(config: EngineConfig, slo: SLO | None = None, seed: int = 0) -
 README_ENGINE = dict(max_num_seqs=32, max_prefill_chunks_per_step=8)
 register_runner("minfer continuous batching", engine_runner(EngineConfig(**README_ENGINE)))
 register_runner("minfer continuous batching, bfloat16", engine_runner(EngineConfig(**README_ENGINE, dtype="bfloat16")))
+if have_compiler():  # the same engine with the compiled decode kernel (built on first use, about 30 s)
+    register_runner("minfer continuous batching, C++ attention",
+                    engine_runner(EngineConfig(**README_ENGINE, attention_backend="cpp")))
 
 
 def run_system(name: str, runner: Runner, workload: list[WorkItem], config: dict | None = None) -> Result:
@@ -313,6 +319,7 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
                 json.dump(figures, f, indent=2)
         return []
 
+    keep_freed_memory()  # every system, baselines included, runs with the allocator settings minfer's engine uses
     limits = (args.slo_ttft, args.slo_tpot, args.slo_e2e)
     slo = SLO(*limits) if any(x is not None for x in limits) else None
     workload = build_workload(args) if args.workload else readme_workload(args.seed)

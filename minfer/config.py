@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 POLICIES = ("fcfs", "priority", "fair")
 ADMISSIONS = ("optimistic", "reserve")
 EXECUTORS = ("model", "sim")
-BACKENDS = ("auto", "torch", "triton")
+BACKENDS = ("auto", "torch", "triton", "cpp")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 TIMEOUT_ACTIONS = ("finish", "promote")
 
@@ -36,7 +36,7 @@ class EngineConfig:
     dtype: str = "auto"  # auto: bfloat16 on CUDA, float32 on CPU
     executor: str = "model"  # "model" (real forward passes) or "sim" (roofline cost model, no weights)
     hardware: str | None = None  # sim only: a hardware spec name such as "H100-SXM"
-    attention_backend: str = "auto"  # auto: Triton on CUDA, the PyTorch reference on CPU
+    attention_backend: str = "auto"  # auto: Triton on CUDA, the torch reference on CPU; "cpp": compiled CPU kernel
     cuda_graphs: bool = True  # capture decode steps in CUDA graphs (CUDA only)
     seed: int = 0  # for requests sampled without their own seed
 
@@ -92,6 +92,8 @@ class EngineConfig:
                                  f"got policy={self.policy!r}")
         if not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+        if self.attention_backend == "cpp" and self.device != "cpu":
+            raise ValueError("attention_backend='cpp' is a CPU kernel; on CUDA use 'triton' (or 'auto')")
         for name in ("block_size", "max_num_seqs", "chunked_prefill_size", "max_prefill_chunks_per_step"):
             at_least(name, 1)
         for name in ("num_blocks", "max_model_len", "max_num_batched_tokens"):

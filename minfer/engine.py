@@ -79,6 +79,7 @@ class LLMEngine:
         self.scheduler = Scheduler(config, self.block_pool, self.max_model_len)
 
     def _build_model_executor(self, model: Any, tokenizer: Any) -> None:
+        from minfer.cpu_malloc import keep_freed_memory
         from minfer.kv.cache import PagedKVCache, num_blocks_for_gpu, num_blocks_for_memory
         from minfer.model.loader import load_model
         from minfer.ops import attention_ops
@@ -90,6 +91,8 @@ class LLMEngine:
             raise ValueError("device='cuda' but torch sees no CUDA GPU (is a CUDA build of torch installed?)")
         # before any weights load: on the CPU, Triton's interpreter must be on before `triton` is imported
         store_kv, paged_attention = attention_ops(cfg.attention_backend, cfg.device)
+        if cfg.device == "cpu":  # each step's activations reuse the last step's memory (see cpu_malloc.py)
+            keep_freed_memory()
         if model is None:
             model, tokenizer = load_model(cfg.model, cfg.device, dtype)
         elif tokenizer is None:

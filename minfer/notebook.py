@@ -1,7 +1,7 @@
 """Helpers the course notebooks share: show the package's real source, and set up plotting.
 
-A chapter never pastes a copy of package code -- it calls ``show_source(BlockPool.append_slots)`` so
-the lesson and the package cannot drift apart.
+A chapter never pastes a copy of package code -- it calls ``show_source(BlockPool.append_slots)`` (or,
+for a file that is not Python, ``show_source(Path(...))``) so the lesson and the package cannot drift apart.
 """
 
 from __future__ import annotations
@@ -10,14 +10,17 @@ import inspect
 import os
 import platform
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import torch
 
+LANGUAGES = {".py": "python", ".cpp": "cpp", ".h": "cpp"}
+
 
 def source_of(obj: Any, lines: tuple[int, int] | None = None) -> str:
-    """The source of a module, class, function or method (optionally only lines ``a..b``, 1-based)."""
-    src = textwrap.dedent(inspect.getsource(obj))
+    """The source of a module, class, function, method or file (optionally only lines ``a..b``, 1-based)."""
+    src = obj.read_text() if isinstance(obj, Path) else textwrap.dedent(inspect.getsource(obj))
     if lines:
         src = "\n".join(src.splitlines()[lines[0] - 1 : lines[1]])
     return src
@@ -27,10 +30,13 @@ def show_source(obj: Any, lines: tuple[int, int] | None = None) -> None:
     """Display ``obj``'s source as a highlighted code block, titled with where it lives."""
     from IPython.display import Markdown, display
 
-    path = inspect.getsourcefile(obj) or "?"
+    path = str(obj) if isinstance(obj, Path) else inspect.getsourcefile(obj) or "?"
     rel = path[path.rfind("minfer/"):] if "minfer/" in path else os.path.basename(path)
-    start = inspect.getsourcelines(obj)[1]
-    display(Markdown(f"`{rel}` line {start}\n\n```python\n{source_of(obj, lines)}\n```"))
+    start = 1 if isinstance(obj, Path) else inspect.getsourcelines(obj)[1]
+    if lines:
+        start += lines[0] - 1
+    language = LANGUAGES.get(Path(path).suffix, "")
+    display(Markdown(f"`{rel}` line {start}\n\n```{language}\n{source_of(obj, lines)}\n```"))
 
 
 def setup_notebook(threads: int | None = None) -> dict[str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 
 import pytest
 import torch
@@ -10,8 +11,9 @@ import torch
 if not torch.cuda.is_available():  # Triton fixes its mode at import (transformers imports it): interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")  # on a CPU, or attention_backend="triton" cannot run
 
-from minfer import LLMEngine  # noqa: E402
+from minfer import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 from minfer.model.loader import load_model  # noqa: E402
+from minfer.model.tokenizer import ByteTokenizer  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -54,3 +56,20 @@ def run_checked(engine: LLMEngine, max_steps: int = 100_000, before_step=None) -
         assert steps < max_steps, "engine did not finish"
     assert engine.block_pool.num_free_blocks == engine.block_pool.num_blocks, "blocks leaked"
     return final
+
+
+def greedy_run(model, backend: str, block_size: int = 16, max_tokens=(9,) * 4, padded_decode: bool = False):
+    """Greedy tokens per request id for a fixed set of prompts. Small chunks and a small pool: prompts
+    split mid-block, and decodes share steps with prefill chunks."""
+    rng = random.Random(0)
+    prompts = [[rng.randrange(3, 320) for _ in range(n)] for n in (7, 41, 23, 2)]
+    config = EngineConfig(model="tiny-random", attention_backend=backend, block_size=block_size,
+                          num_blocks=24, max_num_seqs=3, chunked_prefill_size=13)
+    engine = LLMEngine(config, model=model, tokenizer=ByteTokenizer())
+    if padded_decode:  # the CUDA-graph path, run eagerly: decode batches padded to 1, 2 or 4 rows
+        from minfer.cuda_graphs import DecodeGraphs
+
+        engine.executor.forward = DecodeGraphs(engine.executor, max_batch=4, capture=False)
+    for i, (p, m) in enumerate(zip(prompts, max_tokens)):
+        engine.add_request(f"r{i}", p, SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=True))
+    return engine, {rid: o.outputs[0].token_ids for rid, o in run_checked(engine).items()}

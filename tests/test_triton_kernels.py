@@ -28,28 +28,17 @@ if "triton.language" in sys.modules and type(sys.modules["triton.language"].zero
                 "set it in the environment (tests/conftest.py does, on a machine without CUDA)",
                 pytrace=False)
 
-from conftest import run_checked  # noqa: E402
-from minfer import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
-from minfer.cuda_graphs import DecodeGraphs  # noqa: E402
+from conftest import greedy_run  # noqa: E402
 from minfer.model.loader import tiny_random_config, tiny_random_model  # noqa: E402
-from minfer.model.tokenizer import ByteTokenizer  # noqa: E402
 from minfer.ops.paged_attention import AttentionMetadata, store_kv  # noqa: E402
 from minfer.ops.paged_attention import paged_attention as _paged_attention  # noqa: E402
-from minfer.ops.testing import random_paged_batch  # noqa: E402
+from minfer.ops.testing import random_chunks, random_paged_batch  # noqa: E402
 from minfer.ops.triton_paged_attention import paged_attention_kernel, triton_paged_attention  # noqa: E402
 from minfer.ops.triton_store_kv import store_kv_kernel, triton_store_kv  # noqa: E402
 
 # the reference as the engine runs it: under inference mode (it keeps scratch buffers between calls)
 paged_attention = torch.inference_mode()(_paged_attention)
 TOL = dict(atol=2e-5, rtol=1e-4)  # float32 on both sides; only the summation order differs
-
-
-def random_chunks(rng: random.Random, block_size: int) -> list[tuple[int, int]]:
-    """(context_len, query_len) of a mixed step: decodes, a fresh prompt, and chunks starting mid-block."""
-    decodes = [(rng.randrange(0, 3 * block_size), 1) for _ in range(rng.randint(1, 4))]
-    fresh = [(0, rng.randrange(2, 2 * block_size + 7))]
-    mid_block = [(rng.randrange(1, 3 * block_size) | 1, rng.randrange(2, block_size + 9)) for _ in range(2)]
-    return decodes + fresh + mid_block
 
 
 def test_kernels_run_under_the_interpreter():
@@ -129,21 +118,6 @@ def test_padding_rows_of_a_decode_batch_change_nothing():
     out = triton_paged_attention(q, k_cache, v_cache, padded)
     assert torch.equal(out[:-pad], triton_paged_attention(b.q, b.k_cache, b.v_cache, m))
     assert torch.equal(out[-pad:], torch.zeros_like(out[-pad:]))
-
-
-def greedy_run(model, backend: str, block_size: int = 16, max_tokens=(9,) * 4, padded_decode: bool = False):
-    """Greedy tokens per request id for a fixed set of prompts. Small chunks and a small pool: prompts
-    split mid-block, and decodes share steps with prefill chunks."""
-    rng = random.Random(0)
-    prompts = [[rng.randrange(3, 320) for _ in range(n)] for n in (7, 41, 23, 2)]
-    config = EngineConfig(model="tiny-random", attention_backend=backend, block_size=block_size,
-                          num_blocks=24, max_num_seqs=3, chunked_prefill_size=13)
-    engine = LLMEngine(config, model=model, tokenizer=ByteTokenizer())
-    if padded_decode:  # the CUDA-graph path, run eagerly: decode batches padded to 1, 2 or 4 rows
-        engine.executor.forward = DecodeGraphs(engine.executor, max_batch=4, capture=False)
-    for i, (p, m) in enumerate(zip(prompts, max_tokens)):
-        engine.add_request(f"r{i}", p, SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=True))
-    return engine, {rid: o.outputs[0].token_ids for rid, o in run_checked(engine).items()}
 
 
 @pytest.mark.parametrize("overrides, block_size", [

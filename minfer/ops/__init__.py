@@ -1,7 +1,8 @@
-"""Paged-attention operations: the PyTorch reference and the Triton kernels, behind one choice.
+"""Paged-attention operations: the PyTorch reference, the Triton kernels and a compiled CPU kernel,
+behind one choice.
 
 ``attention_ops(backend, device)`` returns the pair ``(store_kv, paged_attention)`` the KV cache calls.
-Every Triton kernel has a reference of the same signature in ``paged_attention.py``; tests compare them.
+Every kernel has a reference of the same signature in ``paged_attention.py``; tests compare them.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import os
 
 import torch
 
+from minfer.config import BACKENDS
 from minfer.ops.paged_attention import AttentionMetadata, paged_attention, store_kv
 
 __all__ = ["AttentionMetadata", "attention_ops", "paged_attention", "resolve_backend", "store_kv"]
@@ -26,8 +28,13 @@ def attention_ops(backend: str, device: torch.device | str):
     backend = resolve_backend(backend, device)
     if backend == "torch":
         return store_kv, paged_attention
+    if backend == "cpp":  # (EngineConfig has refused it on CUDA already)
+        from minfer.ops.cpp_paged_attention import cpp_paged_attention, kernel
+
+        kernel()  # compile or load it now, at engine construction, not in the middle of the first step
+        return store_kv, cpp_paged_attention
     if backend != "triton":
-        raise ValueError(f"attention_backend must be 'auto', 'torch' or 'triton', got {backend!r}")
+        raise ValueError(f"attention_backend must be one of {BACKENDS}, got {backend!r}")
     if torch.device(device).type == "cpu":
         enable_triton_interpreter()
     from minfer.ops.triton_paged_attention import triton_paged_attention

@@ -87,12 +87,13 @@ class Group:
     decode: bool
 
 
-def attention_groups(meta: AttentionMetadata, device: torch.device) -> list[Group]:
-    """The same for every layer of a step: computed once, kept in ``meta.memo``."""
+def attention_groups(meta: AttentionMetadata, block_size: int, device: torch.device,
+                     decodes: bool = True) -> list[Group]:
+    """The step's groups (without the decodes if ``decodes`` is false: a kernel serves those)."""
     starts, seq_lens, nd = meta.query_start_loc.tolist(), meta.seq_lens.tolist(), meta.num_decodes
-    block_size = meta.memo["block_size"]
     groups = []
-    for a, b in decode_buckets(seq_lens[:nd]):  # decodes: each query is the newest token, it sees everything
+    # decodes: each query is the newest token, it sees everything
+    for a, b in decode_buckets(seq_lens[:nd]) if decodes else ():
         length = max(seq_lens[a:b])
         visible = torch.arange(length, device=device)[None, :] < meta.seq_lens[a:b, None]  # mask the padding
         tables = meta.block_tables[a:b, : -(-length // block_size)]
@@ -106,13 +107,17 @@ def attention_groups(meta: AttentionMetadata, device: torch.device) -> list[Grou
     return groups
 
 
-def paged_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata) -> Tensor:
-    """Attention output ``[T, Hq, D]`` for the flat batch ``q`` (``[T, Hq, D]``), keys read via block tables."""
-    if "groups" not in meta.memo:
-        meta.memo["block_size"] = k_cache.shape[1]
-        meta.memo["groups"] = attention_groups(meta, q.device)
-    out = torch.empty_like(q)
-    for g in meta.memo["groups"]:
+def step_groups(meta: AttentionMetadata, block_size: int, device: torch.device, decodes: bool = True) -> list[Group]:
+    """The same for every layer of a step: computed at the first layer, kept in ``meta.memo``."""
+    key = "groups" if decodes else "prefill groups"
+    if key not in meta.memo:
+        meta.memo[key] = attention_groups(meta, block_size, device, decodes)
+    return meta.memo[key]
+
+
+def attend(q: Tensor, k_cache: Tensor, v_cache: Tensor, groups: list[Group], out: Tensor) -> None:
+    """Write the attention output of every group's query rows into ``out``."""
+    for g in groups:
         keys = gather_kv(k_cache, g.block_tables, g.length, slot=0)
         values = gather_kv(v_cache, g.block_tables, g.length, slot=1)
         # queries as [requests, heads, queries, dim]: a decode group has one query per request,
@@ -120,4 +125,10 @@ def paged_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: Attention
         queries = q[g.rows, :, None] if g.decode else q[g.rows].transpose(0, 1)[None]
         o = F.scaled_dot_product_attention(queries, keys, values, attn_mask=g.visible[:, None], enable_gqa=True)
         out[g.rows] = o[:, :, 0] if g.decode else o[0].transpose(0, 1)
+
+
+def paged_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata) -> Tensor:
+    """Attention output ``[T, Hq, D]`` for the flat batch ``q`` (``[T, Hq, D]``), keys read via block tables."""
+    out = torch.empty_like(q)
+    attend(q, k_cache, v_cache, step_groups(meta, k_cache.shape[1], q.device), out)
     return out

@@ -8,6 +8,7 @@ and the cache is filled with random numbers everywhere, so reading a wrong slot 
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 import torch
@@ -66,3 +67,11 @@ def random_paged_batch(chunks: list[tuple[int, int]], *, block_size: int = 16, n
                       v=randn(t, num_kv_heads, head_dim),
                       k_cache=randn(num_blocks, block_size, num_kv_heads, head_dim),
                       v_cache=randn(num_blocks, block_size, num_kv_heads, head_dim), meta=meta)
+
+
+def random_chunks(rng: random.Random, block_size: int) -> list[tuple[int, int]]:
+    """(context_len, query_len) of a mixed step: decodes, a fresh prompt, and chunks starting mid-block."""
+    decodes = [(rng.randrange(0, 3 * block_size), 1) for _ in range(rng.randint(1, 4))]
+    fresh = [(0, rng.randrange(2, 2 * block_size + 7))]
+    mid_block = [(rng.randrange(1, 3 * block_size) | 1, rng.randrange(2, block_size + 9)) for _ in range(2)]
+    return decodes + fresh + mid_block

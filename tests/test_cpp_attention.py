@@ -1,0 +1,103 @@
+"""The compiled CPU decode kernel (``attention_backend="cpp"``) against the PyTorch reference.
+
+The first test to run compiles the kernel (about 30 s, once per machine); it is skipped where no C++
+compiler is installed, since the backend is optional and the reference needs none.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+import torch
+
+from conftest import greedy_run
+from minfer import EngineConfig
+from minfer.model.loader import tiny_random_config, tiny_random_model
+from minfer.ops.cpp_paged_attention import cpp_paged_attention, have_compiler, kernel
+from minfer.ops.paged_attention import paged_attention as _paged_attention
+from minfer.ops.paged_attention import store_kv
+from minfer.ops.testing import random_chunks, random_paged_batch
+
+if not have_compiler():
+    pytest.skip("no C++ compiler: the 'cpp' attention backend cannot be built here", allow_module_level=True)
+
+paged_attention = torch.inference_mode()(_paged_attention)
+cpp_attention = torch.inference_mode()(cpp_paged_attention)
+TOL = dict(atol=2e-5, rtol=1e-4)  # float32 on both sides; only the summation order differs
+
+
+@pytest.mark.parametrize("block_size", [16, 32])
+@pytest.mark.parametrize("group", [1, 3])
+@pytest.mark.parametrize("head_dim", [64, 48, 80])
+def test_matches_the_reference_on_a_mixed_step(block_size, group, head_dim):
+    """Decodes (through the kernel) and prefill chunks (through the reference) in one step."""
+    rng = random.Random(f"cpp-{block_size}-{group}-{head_dim}")
+    chunks = random_chunks(rng, block_size)
+    b = random_paged_batch(chunks, block_size=block_size, num_kv_heads=2, group=group, head_dim=head_dim,
+                           seed=rng.randrange(10**6))
+    store_kv(b.k, b.v, b.k_cache, b.v_cache, b.meta.slot_mapping)
+    torch.testing.assert_close(cpp_attention(b.q, b.k_cache, b.v_cache, b.meta),
+                               paged_attention(b.q, b.k_cache, b.v_cache, b.meta), **TOL,
+                               msg=lambda m: f"chunks {chunks}: {m}")
+
+
+def test_decodes_at_block_edges_with_strided_queries():
+    """Contexts of 0 and exactly one block, long ones; queries as the model passes them: a view of a
+    wider q/k tensor, not contiguous."""
+    chunks = [(0, 1), (15, 1), (16, 1), (31, 1), (200, 1), (7, 1)]
+    b = random_paged_batch(chunks, block_size=16, num_kv_heads=3, group=3, head_dim=64, seed=11)
+    store_kv(b.k, b.v, b.k_cache, b.v_cache, b.meta.slot_mapping)
+    qk = torch.cat([b.q, b.k], dim=1)  # [T, Hq + Hkv, D], as the model's fused projection gives it
+    q = qk[:, : b.q.shape[1]]
+    assert not q.is_contiguous()
+    torch.testing.assert_close(cpp_attention(q, b.k_cache, b.v_cache, b.meta),
+                               paged_attention(b.q, b.k_cache, b.v_cache, b.meta), **TOL)
+
+
+def test_bfloat16_cache():
+    b = random_paged_batch([(40, 1), (3, 1), (70, 1)], block_size=16, num_kv_heads=2, group=3, head_dim=64,
+                           seed=5, dtype=torch.bfloat16)
+    store_kv(b.k, b.v, b.k_cache, b.v_cache, b.meta.slot_mapping)
+    out = cpp_attention(b.q, b.k_cache, b.v_cache, b.meta)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), paged_attention(b.q, b.k_cache, b.v_cache, b.meta).float(),
+                               atol=2e-2, rtol=2e-2)
+
+
+def test_the_kernel_refuses_bad_inputs():
+    b = random_paged_batch([(9, 1)], block_size=16, num_kv_heads=2, group=3, head_dim=64)
+    m = b.meta
+    with pytest.raises(RuntimeError, match="int32"):
+        kernel().decode_attention(b.q, b.k_cache, b.v_cache, m.block_tables.long(), m.seq_lens, 0.125,
+                                  torch.empty_like(b.q))
+    with pytest.raises(RuntimeError, match="share one dtype"):
+        kernel().decode_attention(b.q.double(), b.k_cache, b.v_cache, m.block_tables, m.seq_lens, 0.125,
+                                  torch.empty_like(b.q))
+
+
+@pytest.mark.parametrize("overrides, block_size", [
+    ({}, 16),  # the tiny model as shipped: GQA 3, head_dim 16
+    (dict(num_heads=2, num_kv_heads=2, head_dim=48), 32),  # GQA 1, a head_dim that is no power of two
+])
+def test_engine_gives_the_same_greedy_tokens_as_the_reference(overrides, block_size):
+    model = tiny_random_model(tiny_random_config(**overrides), seed=3)
+    _, expected = greedy_run(model, "torch", block_size)
+    engine, got = greedy_run(model, "cpp", block_size)
+    assert engine.kv_cache._paged_attention is cpp_paged_attention, "the engine did not use the kernel"
+    assert any(len(t.prefill_tokens) and len(t.decode_tokens) for t in engine.trace), "no mixed step ran"
+    assert got == expected
+
+
+def test_cpp_on_cuda_is_refused_by_the_config():
+    with pytest.raises(ValueError, match="attention_backend='cpp' is a CPU kernel"):
+        EngineConfig(device="cuda", attention_backend="cpp")
+
+
+def test_a_missing_compiler_is_named(monkeypatch):
+    if os.name == "nt":
+        pytest.skip("MSVC is found by the extension loader itself")
+    monkeypatch.setenv("CXX", "no-such-c++-compiler")
+    with pytest.raises(RuntimeError, match="no C\\+\\+ compiler was found"):
+        kernel.__wrapped__()
