@@ -73,3 +73,21 @@ def greedy_run(model, backend: str, block_size: int = 16, max_tokens=(9,) * 4, p
     for i, (p, m) in enumerate(zip(prompts, max_tokens)):
         engine.add_request(f"r{i}", p, SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=True))
     return engine, {rid: o.outputs[0].token_ids for rid, o in run_checked(engine).items()}
+
+
+# tiny models for checking a backend against the reference: as shipped (GQA 3, head_dim 16), and GQA 1 with
+# a head_dim that is no power of two -- each with its block size
+BACKEND_CASES = [({}, 16), (dict(num_heads=2, num_kv_heads=2, head_dim=48), 32)]
+
+
+def check_backend_matches_reference(backend: str, attention_fn, overrides: dict, block_size: int) -> None:
+    """The engine with ``backend`` gives the reference's greedy tokens, through ``attention_fn``, on a run
+    that mixes decodes and prefill chunks in one step."""
+    from minfer.model.loader import tiny_random_config, tiny_random_model
+
+    model = tiny_random_model(tiny_random_config(**overrides), seed=3)
+    _, expected = greedy_run(model, "torch", block_size)
+    engine, got = greedy_run(model, backend, block_size)
+    assert engine.kv_cache._paged_attention is attention_fn, f"the engine did not use the {backend} backend"
+    assert any(len(t.prefill_tokens) and len(t.decode_tokens) for t in engine.trace), "no mixed step ran"
+    assert got == expected

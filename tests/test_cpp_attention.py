@@ -7,18 +7,16 @@ compiler is installed, since the backend is optional and the reference needs non
 from __future__ import annotations
 
 import os
-import random
 
 import pytest
 import torch
 
-from conftest import greedy_run
+from conftest import BACKEND_CASES, check_backend_matches_reference
 from minfer import EngineConfig
-from minfer.model.loader import tiny_random_config, tiny_random_model
 from minfer.ops.cpp_paged_attention import cpp_paged_attention, have_compiler, kernel
 from minfer.ops.paged_attention import paged_attention as _paged_attention
 from minfer.ops.paged_attention import store_kv
-from minfer.ops.testing import random_chunks, random_paged_batch
+from minfer.ops.testing import random_mixed_step, random_paged_batch
 
 if not have_compiler():
     pytest.skip("no C++ compiler: the 'cpp' attention backend cannot be built here", allow_module_level=True)
@@ -33,11 +31,7 @@ TOL = dict(atol=2e-5, rtol=1e-4)  # float32 on both sides; only the summation or
 @pytest.mark.parametrize("head_dim", [64, 48, 80])
 def test_matches_the_reference_on_a_mixed_step(block_size, group, head_dim):
     """Decodes (through the kernel) and prefill chunks (through the reference) in one step."""
-    rng = random.Random(f"cpp-{block_size}-{group}-{head_dim}")
-    chunks = random_chunks(rng, block_size)
-    b = random_paged_batch(chunks, block_size=block_size, num_kv_heads=2, group=group, head_dim=head_dim,
-                           seed=rng.randrange(10**6))
-    store_kv(b.k, b.v, b.k_cache, b.v_cache, b.meta.slot_mapping)
+    b, chunks = random_mixed_step(f"cpp-{block_size}-{group}-{head_dim}", block_size, group, head_dim)
     torch.testing.assert_close(cpp_attention(b.q, b.k_cache, b.v_cache, b.meta),
                                paged_attention(b.q, b.k_cache, b.v_cache, b.meta), **TOL,
                                msg=lambda m: f"chunks {chunks}: {m}")
@@ -77,17 +71,9 @@ def test_the_kernel_refuses_bad_inputs():
                                   torch.empty_like(b.q))
 
 
-@pytest.mark.parametrize("overrides, block_size", [
-    ({}, 16),  # the tiny model as shipped: GQA 3, head_dim 16
-    (dict(num_heads=2, num_kv_heads=2, head_dim=48), 32),  # GQA 1, a head_dim that is no power of two
-])
+@pytest.mark.parametrize("overrides, block_size", BACKEND_CASES)
 def test_engine_gives_the_same_greedy_tokens_as_the_reference(overrides, block_size):
-    model = tiny_random_model(tiny_random_config(**overrides), seed=3)
-    _, expected = greedy_run(model, "torch", block_size)
-    engine, got = greedy_run(model, "cpp", block_size)
-    assert engine.kv_cache._paged_attention is cpp_paged_attention, "the engine did not use the kernel"
-    assert any(len(t.prefill_tokens) and len(t.decode_tokens) for t in engine.trace), "no mixed step ran"
-    assert got == expected
+    check_backend_matches_reference("cpp", cpp_paged_attention, overrides, block_size)
 
 
 def test_cpp_on_cuda_is_refused_by_the_config():

@@ -28,11 +28,11 @@ if "triton.language" in sys.modules and type(sys.modules["triton.language"].zero
                 "set it in the environment (tests/conftest.py does, on a machine without CUDA)",
                 pytrace=False)
 
-from conftest import greedy_run  # noqa: E402
-from minfer.model.loader import tiny_random_config, tiny_random_model  # noqa: E402
+from conftest import BACKEND_CASES, check_backend_matches_reference, greedy_run  # noqa: E402
+from minfer.model.loader import tiny_random_model  # noqa: E402
 from minfer.ops.paged_attention import AttentionMetadata, store_kv  # noqa: E402
 from minfer.ops.paged_attention import paged_attention as _paged_attention  # noqa: E402
-from minfer.ops.testing import random_chunks, random_paged_batch  # noqa: E402
+from minfer.ops.testing import random_chunks, random_mixed_step, random_paged_batch  # noqa: E402
 from minfer.ops.triton_paged_attention import paged_attention_kernel, triton_paged_attention  # noqa: E402
 from minfer.ops.triton_store_kv import store_kv_kernel, triton_store_kv  # noqa: E402
 
@@ -75,11 +75,7 @@ def test_store_kv_skips_negative_slots():
 @pytest.mark.parametrize("group", [1, 3])
 @pytest.mark.parametrize("head_dim", [64, 48, 80])
 def test_paged_attention_matches_reference_on_a_mixed_step(block_size, group, head_dim):
-    rng = random.Random(f"{block_size}-{group}-{head_dim}")
-    chunks = random_chunks(rng, block_size)
-    b = random_paged_batch(chunks, block_size=block_size, num_kv_heads=2, group=group, head_dim=head_dim,
-                           seed=rng.randrange(10**6))
-    store_kv(b.k, b.v, b.k_cache, b.v_cache, b.meta.slot_mapping)  # the step's own keys are visible too
+    b, chunks = random_mixed_step(f"{block_size}-{group}-{head_dim}", block_size, group, head_dim)
     ref = paged_attention(b.q, b.k_cache, b.v_cache, b.meta)
     out = triton_paged_attention(b.q, b.k_cache, b.v_cache, b.meta)
     torch.testing.assert_close(out, ref, **TOL, msg=lambda m: f"chunks {chunks}: {m}")
@@ -120,17 +116,9 @@ def test_padding_rows_of_a_decode_batch_change_nothing():
     assert torch.equal(out[-pad:], torch.zeros_like(out[-pad:]))
 
 
-@pytest.mark.parametrize("overrides, block_size", [
-    ({}, 16),  # the tiny model as shipped: GQA 3, head_dim 16
-    (dict(num_heads=2, num_kv_heads=2, head_dim=48), 32),  # GQA 1, a head_dim that is no power of two
-])
+@pytest.mark.parametrize("overrides, block_size", BACKEND_CASES)
 def test_engine_gives_the_same_greedy_tokens_with_either_backend(overrides, block_size):
-    model = tiny_random_model(tiny_random_config(**overrides), seed=3)
-    _, expected = greedy_run(model, "torch", block_size)
-    engine, got = greedy_run(model, "triton", block_size)
-    assert engine.kv_cache._paged_attention is triton_paged_attention, "the engine did not use the kernels"
-    assert any(len(t.prefill_tokens) and len(t.decode_tokens) for t in engine.trace), "no mixed step ran"
-    assert got == expected
+    check_backend_matches_reference("triton", triton_paged_attention, overrides, block_size)
 
 
 def test_padded_decode_steps_give_the_same_tokens():

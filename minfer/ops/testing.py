@@ -75,3 +75,17 @@ def random_chunks(rng: random.Random, block_size: int) -> list[tuple[int, int]]:
     fresh = [(0, rng.randrange(2, 2 * block_size + 7))]
     mid_block = [(rng.randrange(1, 3 * block_size) | 1, rng.randrange(2, block_size + 9)) for _ in range(2)]
     return decodes + fresh + mid_block
+
+
+def random_mixed_step(seed: str, block_size: int, group: int, head_dim: int,
+                      num_kv_heads: int = 2) -> tuple[PagedBatch, list[tuple[int, int]]]:
+    """A random mixed step (``random_chunks``) with its own new keys already stored -- as the engine calls
+    attention, after ``store_kv`` -- and its chunks, for error messages. ``seed`` names the case."""
+    from minfer.ops.paged_attention import store_kv
+
+    rng = random.Random(seed)
+    chunks = random_chunks(rng, block_size)
+    b = random_paged_batch(chunks, block_size=block_size, num_kv_heads=num_kv_heads, group=group,
+                           head_dim=head_dim, seed=rng.randrange(10**6))
+    store_kv(b.k, b.v, b.k_cache, b.v_cache, b.meta.slot_mapping)  # the step's own keys are visible too
+    return b, chunks
