@@ -111,6 +111,19 @@ def paged_attention_kernel(
              out.to(out_ptr.dtype.element_ty), mask=q_mask)
 
 
+def launch_constants(block_size: int, group: int, head_dim: int, decode: bool, dtype: torch.dtype) -> dict:
+    """The compile-time constants (and warps) of one launch -- one compiled variant of the kernel each.
+    Decodes get one query token per program, prefill chunks 64 rows (16 tokens at GQA 3 or 4)."""
+    group_p2 = triton.next_power_of_2(group)
+    block_q = 1 if decode else max(1, 64 // group_p2)
+    return dict(
+        BLOCK_SIZE=block_size, GROUP=group, GROUP_P2=group_p2, HEAD_DIM_P2=max(16, triton.next_power_of_2(head_dim)),
+        BLOCK_Q=block_q, ROWS=max(16, block_q * group_p2), BLOCK_N=64,
+        DOT_PRECISION="ieee" if dtype == torch.float32 else "tf32",  # the default; moot for 16 bits
+        num_warps=4 if decode else 8,  # 8 warps hold a 64-row tile in registers (sm_90: no spills)
+    )
+
+
 def triton_paged_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata) -> Tensor:
     """Same contract as ``paged_attention.paged_attention``: ``[T, Hq, D]`` out for the flat batch ``q``.
 
@@ -124,29 +137,24 @@ def triton_paged_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: At
     q = q if q.stride(-1) == 1 else q.contiguous()
     out = torch.empty_like(q)
     group = num_heads // num_kv_heads
-    group_p2 = triton.next_power_of_2(group)
     num_requests = meta.seq_lens.shape[0]
 
-    def launch(first: int, count: int, block_q: int, max_query_len: int) -> None:
-        grid = (count, triton.cdiv(max_query_len, block_q), num_kv_heads)
+    def launch(first: int, count: int, decode: bool, max_query_len: int) -> None:
+        constants = launch_constants(block_size, group, head_dim, decode, q.dtype)
+        grid = (count, triton.cdiv(max_query_len, constants["BLOCK_Q"]), num_kv_heads)
         paged_attention_kernel[grid](
             out, q, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables,
             LOG2E / math.sqrt(head_dim), first,
             q.stride(0), q.stride(1), out.stride(0), out.stride(1),
             k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), meta.block_tables.stride(0),
-            head_dim,
-            BLOCK_SIZE=block_size, GROUP=group, GROUP_P2=group_p2,
-            HEAD_DIM_P2=max(16, triton.next_power_of_2(head_dim)),
-            BLOCK_Q=block_q, ROWS=max(16, block_q * group_p2), BLOCK_N=64,
-            DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",  # the default; moot for 16 bits
-            num_warps=4 if block_q == 1 else 8,  # 8 warps hold a 64-row tile in registers (sm_90: no spills)
+            head_dim, **constants,
         )
 
     if meta.num_decodes:  # one query token each: one program per (request, K/V head)
-        launch(0, meta.num_decodes, 1, 1)
+        launch(0, meta.num_decodes, True, 1)
     if num_requests > meta.num_decodes:  # prefill chunks: 64 rows per program (16 tokens at GQA 3 or 4)
-        launch(meta.num_decodes, num_requests - meta.num_decodes, max(1, 64 // group_p2), meta.max_query_len)
+        launch(meta.num_decodes, num_requests - meta.num_decodes, False, meta.max_query_len)
     return out
 
 
-__all__ = ["paged_attention_kernel", "triton_paged_attention"]
+__all__ = ["launch_constants", "paged_attention_kernel", "triton_paged_attention"]
