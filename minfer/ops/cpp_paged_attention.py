@@ -65,8 +65,8 @@ def kernel():
         print(f"minfer: compiling the CPU paged-attention kernel into {build} (once, about 30 s)", file=sys.stderr)
     flags = compiler_flags()
     try:
-        return load(NAME, [str(SOURCE)], extra_cflags=flags, extra_ldflags=[f for f in flags if "openmp" in f],
-                    build_directory=str(build))
+        return load(NAME, [str(SOURCE)], extra_cflags=flags, build_directory=str(build),
+                    extra_ldflags=["-fopenmp"] if "-fopenmp" in flags else [])  # MSVC links OpenMP by itself
     except Exception as e:  # the compiler's own log is above; say what to do instead
         raise RuntimeError(f"could not build the CPU paged-attention kernel ({e}); "
                            "attention_backend='torch' runs the same attention without compiling") from e

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from minfer.ops.paged_attention import AttentionMetadata
+from minfer.ops.paged_attention import AttentionMetadata, store_kv
 
 
 @dataclass(slots=True)
@@ -81,8 +81,6 @@ def random_mixed_step(seed: str, block_size: int, group: int, head_dim: int,
                       num_kv_heads: int = 2) -> tuple[PagedBatch, list[tuple[int, int]]]:
     """A random mixed step (``random_chunks``) with its own new keys already stored -- as the engine calls
     attention, after ``store_kv`` -- and its chunks, for error messages. ``seed`` names the case."""
-    from minfer.ops.paged_attention import store_kv
-
     rng = random.Random(seed)
     chunks = random_chunks(rng, block_size)
     b = random_paged_batch(chunks, block_size=block_size, num_kv_heads=num_kv_heads, group=group,
