@@ -22,7 +22,7 @@ import os, torch, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from minfer.ops.triton_paged_attention import launch_constants, paged_attention_kernel
-from minfer.ops.triton_store_kv import store_kv_kernel
+from minfer.ops.triton_store_kv import launch_constants as store_kv_constants, store_kv_kernel
 
 INDEX_TYPES = {"query_start_loc_ptr": "*i64", "seq_lens_ptr": "*i64", "block_tables_ptr": "*i32",
                "slot_mapping_ptr": "*i64", "scale": "fp32"}
@@ -42,8 +42,7 @@ for dtype, torch_dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
             compile_for_sm90(paged_attention_kernel, dtype,
                              launch_constants(block_size, group, head_dim, decode, torch_dtype))
             variants += 1
-        compile_for_sm90(store_kv_kernel, dtype, dict(BLOCK_SIZE=block_size, HEADS_P2=triton.next_power_of_2(kv_heads),
-                                                      HEAD_DIM_P2=triton.next_power_of_2(head_dim), num_warps=1))
+        compile_for_sm90(store_kv_kernel, dtype, store_kv_constants(block_size, kv_heads, head_dim))
         variants += 1
 print(f"compiled {variants} kernel variants for sm_90")
 """

@@ -39,6 +39,13 @@ def store_kv_kernel(
     tl.store(v_cache_ptr + dst, v, mask=mask)
 
 
+def launch_constants(block_size: int, num_kv_heads: int, head_dim: int) -> dict:
+    """The compile-time constants (and warps) of a launch: tiles rounded up to powers of two."""
+    return dict(BLOCK_SIZE=block_size, HEADS_P2=triton.next_power_of_2(num_kv_heads),
+                HEAD_DIM_P2=triton.next_power_of_2(head_dim),
+                num_warps=1)  # a few hundred bytes per token: one warp is plenty
+
+
 def triton_store_kv(k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, slot_mapping: Tensor) -> None:
     """Same contract as ``paged_attention.store_kv``, plus: a slot ``< 0`` is skipped."""
     num_tokens, num_kv_heads, head_dim = k.shape
@@ -51,11 +58,8 @@ def triton_store_kv(k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, slot
         k, v, k_cache, v_cache, slot_mapping,
         k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        num_kv_heads, head_dim,
-        BLOCK_SIZE=k_cache.shape[1],
-        HEADS_P2=triton.next_power_of_2(num_kv_heads), HEAD_DIM_P2=triton.next_power_of_2(head_dim),
-        num_warps=1,  # a few hundred bytes per token: one warp is plenty
+        num_kv_heads, head_dim, **launch_constants(k_cache.shape[1], num_kv_heads, head_dim),
     )
 
 
-__all__ = ["store_kv_kernel", "triton_store_kv"]
+__all__ = ["launch_constants", "store_kv_kernel", "triton_store_kv"]
