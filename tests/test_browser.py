@@ -125,6 +125,20 @@ def accept_dialogs(page) -> None:
         dialog.first.click()
 
 
+def settled_on_one_kernel(url: str, quiet: float = 3.0):
+    """A condition for ``wait_until``: the server has run one and the same kernel for ``quiet`` seconds."""
+    last: dict = {"ids": None, "since": time.monotonic()}
+
+    def settled() -> bool:
+        with urllib.request.urlopen(f"{url}/api/kernels", timeout=5) as reply:
+            ids = sorted(k["id"] for k in json.load(reply))
+        if ids != last["ids"]:
+            last.update(ids=ids, since=time.monotonic())
+        return len(ids) == 1 and time.monotonic() - last["since"] >= quiet
+
+    return settled
+
+
 def wait_until(page, condition, timeout: float, what: str | None = None):
     """Poll ``condition`` until true; past ``timeout``, fail naming ``what`` (or return if it is None)."""
     deadline = time.monotonic() + timeout
@@ -153,6 +167,10 @@ def test_dashboard_renders_the_recorded_numbers(lab, tmp_path):
             page.goto(f"{url}/lab/tree/{NOTEBOOK.name}", timeout=90_000)
             page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=90_000)
             idle = page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+            wait_until(page, idle.count, 90, "the kernel to start")
+            # On a busy machine JupyterLab has been seen opening the notebook with a burst of kernels, each
+            # started and shut down in turn; "Run All" sent during that burst ran on a kernel about to go.
+            wait_until(page, settled_on_one_kernel(url), 90, "JupyterLab to settle on one kernel")
             wait_until(page, idle.count, 90, "the kernel to start")
 
             prompts: list[str] = []
