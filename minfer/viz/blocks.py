@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from minfer.kv.block_pool import PoolSnapshot
+from minfer.units import ceil_div
 from minfer.viz.style import CACHED_OUTLINE, EMPTY_SLOT, FREE_BLOCK, PLAIN_OUTLINE, ColorMap, as_widget
 
 CELL = 0.9  # a cell's side; the gap between cells is 1 - CELL
@@ -111,7 +112,7 @@ def update_block_grid(fig: go.Figure, snapshot: PoolSnapshot | None, colors: Col
             fig.layout.title.text = title or "KV blocks: no pool snapshot recorded"
         return
     d = grid_data(snapshot, columns, max_blocks)
-    rows = -(-len(d.blocks) // d.columns)
+    rows = ceil_div(len(d.blocks), d.columns)
     label = len(d.blocks) <= 128  # owner names fit inside the cells
     used = d.used
     with fig.batch_update():
