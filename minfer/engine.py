@@ -197,6 +197,11 @@ class LLMEngine:
     def num_unfinished_requests(self) -> int:
         return len(self.scheduler.requests)
 
+    def unfinished_requests(self) -> list[Request]:
+        """Every request added and not finished yet (not arrived, queued or running), in the order added:
+        what a widget or server reads instead of the scheduler's own bookkeeping."""
+        return list(self.scheduler.requests.values())
+
     # ---- one step --------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         """Run one iteration; returns an output for every request that got a token or finished."""
