@@ -617,3 +617,29 @@ def test_viz_reads_only_public_engine_data():
         code = path.read_text()
         assert not re.search(r"\.scheduler\b", code), f"{path.name} reads the scheduler"
         assert not re.search(r"block_pool\.(?!snapshot\(|num_blocks\b)", code), f"{path.name} reads pool internals"
+
+
+def key_paths(obj, prefix: str = "") -> set[str]:
+    if isinstance(obj, dict):
+        return {p for k, v in obj.items() for p in key_paths(v, f"{prefix}.{k}")} | {prefix}
+    if isinstance(obj, (list, tuple)) and obj and isinstance(obj[0], dict):
+        return {p for i, v in enumerate(obj) for p in key_paths(v, f"{prefix}[{i}]")}
+    return {prefix}
+
+
+def test_frames_are_plain_plotly_json(pressured):
+    """The browser gets the JSON as built, with no plotly.py in between: every key must be plotly.js's own
+    (``line_shape`` is plotly.py shorthand that plotly.js ignores: validation would nest it as ``line.shape``)."""
+    import json
+
+    import plotly.graph_objects as go
+
+    from minfer.viz import style
+    from minfer.viz.frame import FrameOptions, dashboard_frame
+
+    _, rec = pressured
+    frame = dashboard_frame(rec, len(rec) // 2, style.ColorMap(), FrameOptions())
+    json.dumps(frame)  # and it is JSON
+    for name, spec in frame["views"].items():
+        validated = go.Figure(spec).to_plotly_json()
+        assert key_paths(spec["data"]) == key_paths(validated["data"]), name

@@ -150,8 +150,14 @@ def _grid_traces(d: GridData | None, colors: ColorMap, scale: float) -> list[dic
         labels.update(
             x=[d.col[i] for i in used], y=[-d.row[i] for i in used],
             text=[d.owners[i][0] if d.ref_counts[i] == 1 else f"×{d.ref_counts[i]}" for i in used],
-            textfont=dict(size=round(12 * scale), color=["white" if lab(h)[0] < 60 else "#111111" for h in hues]))
+            textfont=dict(size=round(12 * scale), color=[_label_color(h, d.filled[i] / d.block_size)
+                                                         for h, i in zip(hues, used)]))
     return [cells, tokens, labels]
+
+
+def _label_color(hue: str, fill: float) -> str:
+    """White on a dark hue that reaches the label (the cell's middle); dark text otherwise."""
+    return "white" if fill >= 0.6 and lab(hue)[0] < 60 else "#111111"
 
 
 def block_grid(snapshot: PoolSnapshot | None, colors: ColorMap | None = None, columns: int | None = None,

@@ -62,8 +62,9 @@ def _steps_line(name: str, steps: list[int], values: list[int], unit: str, optio
     y = values + values[-1:]
     hover = [f"step {s}: {v} {unit}" for s, v in zip(steps, values)] + [f"step {steps[-1]}: {values[-1]} {unit}"
                                                                       ] if steps else []
-    return dict(type="scatter", mode="lines", line_shape="hv", name=name, x=x, y=y, hovertext=hover,
-                hoverinfo="text", showlegend=bool(steps), **style)
+    style["line"] = {**style.get("line", {}), "shape": "hv"}
+    return dict(type="scatter", mode="lines", name=name, x=x, y=y, hovertext=hover, hoverinfo="text",
+                showlegend=bool(steps), **style)
 
 
 def queue_figure(trace: Sequence[StepTrace], scale: float = 1.0, height: int = 380) -> dict:
