@@ -498,6 +498,8 @@ def test_every_view_follows_the_course_style(pressured):
     problems = style.check_figure(bad)
     assert any("fixed width" in p for p in problems) and any("yaxis has no title" in p for p in problems)
     assert any("template" in p for p in problems)
+    style.apply(bad).update_yaxes(title_text="tokens")  # a figure made elsewhere, put in the course style
+    assert style.check_figure(bad) == []
 
 
 def test_phases_are_patterns_over_request_hues(pressured):

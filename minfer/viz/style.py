@@ -17,7 +17,7 @@ tell "r4" from "prefill". So the course splits them:
 
 ``figure(data, layout)`` builds plain plotly JSON with the style applied -- the dashboard sends these dicts
 to the browser (building a ``go.Figure`` validates every value and costs ~50x more); ``as_figure`` wraps
-one in a ``go.Figure`` for a chapter. ``check_figure`` lists what breaks the style (an untitled numeric
+one in a ``go.Figure`` for a chapter, and ``apply(fig)`` restyles a figure built any other way. ``check_figure`` lists what breaks the style (an untitled numeric
 axis, a fixed width, another template): the checklist in ``docs/architecture.md``, as code.
 """
 
@@ -188,6 +188,14 @@ def figure(data: list[dict], layout: dict, scale: float = 1.0) -> dict:
         title.setdefault("font", {}).setdefault("size", round(FONT_SIZE * 1.3 * scale, 1))
     out.pop("width", None)
     return {"data": data, "layout": out}
+
+
+def apply(fig: go.Figure, scale: float = 1.0) -> go.Figure:
+    """Put a figure built elsewhere (plotly express, ``make_subplots``) into the course style, in place:
+    the template, the scaled font, no fixed width."""
+    fig.update_layout(template=template(), font_size=round(FONT_SIZE * scale, 1), autosize=True, width=None)
+    fig.update_layout(title_font_size=round(FONT_SIZE * 1.3 * scale, 1))
+    return fig
 
 
 def as_figure(spec: dict, width: int | None = None) -> go.Figure:
