@@ -17,8 +17,9 @@ tell "r4" from "prefill". So the course splits them:
 
 ``figure(data, layout)`` builds plain plotly JSON with the style applied -- the dashboard sends these dicts
 to the browser (building a ``go.Figure`` validates every value and costs ~50x more); ``as_figure`` wraps
-one in a ``go.Figure`` for a chapter, and ``apply(fig)`` restyles a figure built any other way. ``check_figure`` lists what breaks the style (an untitled numeric
-axis, a fixed width, another template): the checklist in ``docs/architecture.md``, as code.
+one in a ``go.Figure`` for a chapter, and ``apply(fig)`` restyles a figure built any other way.
+``check_figure`` lists what breaks the style (an untitled numeric axis, a fixed width, another template):
+the checklist in ``docs/architecture.md``, as code.
 """
 
 from __future__ import annotations
