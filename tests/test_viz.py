@@ -373,8 +373,12 @@ def test_dashboard_scrubs_and_replays(pressured, tmp_path):
     assert view(dash, "queues")["data"][0]["y"][:-1] == [t.num_waiting for t in rec.trace[: k + 1]]
     with pytest.raises(ValueError, match="cannot run"):
         dash.run()
-    asyncio.run(dash.play())  # Play: to the end of the recording
-    assert dash.index == len(rec) - 1
+    shown = []
+    send = dash.view.show
+    dash.view.show = lambda frame: (shown.append(frame["step"]), send(frame))[1]
+    dash.refresh_interval = 0.0
+    asyncio.run(dash.play())  # Play, flat out: to the end of the recording, frame by frame
+    assert dash.index == len(rec) - 1 and shown == sorted(shown) and shown[0] == k + 1, shown
     asyncio.run(dash.play(max_steps=3))  # Play at the end starts over
     assert dash.index == 2
 

@@ -279,7 +279,7 @@ class Dashboard:
                 if pace and 1 / pace >= self.refresh_interval:  # paced: every step drawn, and seen
                     await self._until_on_screen(self._send(self.index), run_id)
                 else:  # flat out: the engine never waits; a frame goes when the last one is on screen
-                    self._maybe_draw(wait_for_browser=True)
+                    self._maybe_draw(self.index, wait_for_browser=True)
                 left = (1 / pace if pace else 0.0) - (time.monotonic() - began)
                 await asyncio.sleep(max(left, MIN_YIELD))  # the kernel hears Pause, keys, the slider here
         finally:  # paused, finished or superseded: the last frame is exact, and says it stopped
@@ -299,14 +299,15 @@ class Dashboard:
                               "dash.play()</code> keeps them live)</i>") if on else ""
 
     # ---- drawing -------------------------------------------------------------------------------------
-    def _maybe_draw(self, wait_for_browser: bool = False) -> None:
-        """Redraw if ``refresh_interval`` has passed -- and, with ``wait_for_browser``, if a watching
-        browser has drawn the last frame (a frame it cannot draw yet would only queue up)."""
+    def _maybe_draw(self, index: int | None = None, wait_for_browser: bool = False) -> None:
+        """Draw step ``index`` (default: the latest) if ``refresh_interval`` has passed -- and, with
+        ``wait_for_browser``, if a watching browser has drawn the last frame (a frame it cannot draw yet
+        would only queue up)."""
         if time.monotonic() - self._last_draw < self.refresh_interval:
             return
         if wait_for_browser and self.view.watched and not self.view.on_screen(self.view.serial):
             return
-        self.draw()
+        self.draw(index)
 
     def frame(self, index: int | None = None) -> dict:
         """The picture after step ``index`` (default: the latest), as sent to the browser."""
