@@ -9,6 +9,7 @@ from minfer.kv.block_pool import BlockPool
 from minfer.trace import load_trace, save_trace
 from minfer.viz import (
     SCENARIOS,
+    ColorMap,
     Dashboard,
     Knobs,
     Recorder,
@@ -649,3 +650,38 @@ def test_frames_are_plain_plotly_json(pressured):
     for name, spec in frame["views"].items():
         validated = go.Figure(spec).to_plotly_json()
         assert key_paths(spec["data"]) == key_paths(validated["data"]), name
+
+
+def with_recorded(t, **fields_):
+    """``t`` carrying extra recorded fields (reasons, tenants, priorities), whether or not this version of
+    ``StepTrace`` declares them: a subclass without slots has room for them."""
+    from dataclasses import fields
+
+    from minfer.trace import StepTrace
+
+    class Recorded(StepTrace):
+        pass
+
+    out = Recorded(**{f.name: getattr(t, f.name) for f in fields(StepTrace)})
+    for name, value in fields_.items():
+        setattr(out, name, value)
+    return out
+
+
+def test_narration_and_rows_use_the_recorded_reasons_tenants_and_priorities(pressured):
+    from minfer.viz import narrate
+    from minfer.viz.frame import FrameOptions, dashboard_frame
+
+    engine, rec = pressured
+    k = next(i for i, t in enumerate(rec.trace) if t.preempted)
+    victim = rec.trace[k].preempted[0]
+    why = f"pool full: {victim} is the newest running request"
+    trace = [with_recorded(t, reasons={}, tenants={}, priorities={}) for t in rec.trace]
+    trace[0] = with_recorded(rec.trace[0], reasons={}, tenants={"r0": "alice", "r1": "bob"}, priorities={"r1": 2})
+    trace[k] = with_recorded(rec.trace[k], reasons={victim: why}, tenants={}, priorities={})
+    assert f"preempted {victim} ({why})" in narrate(trace[k])
+    fig = timeline_chart(trace, request_metrics(engine))
+    assert {"r0 · alice", "r1 · bob · priority 2", "r2"} <= set(fig.layout.yaxis.categoryarray)
+    frame = dashboard_frame(Recording(trace=trace, snapshots=rec.snapshots, metrics=rec.metrics), k,
+                            ColorMap(), FrameOptions())
+    assert "r1 · bob · priority 2" in frame["legend"] and why in frame["narration"]
