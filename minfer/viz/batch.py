@@ -226,24 +226,25 @@ def timeline_data(trace: Sequence[StepTrace], metrics: Mapping[str, RequestMetri
 
 def timeline_figure(trace: Sequence[StepTrace], metrics: Mapping[str, RequestMetrics] | None = None,
                     colors: ColorMap | None = None, since: int | None = None, scale: float = 1.0,
-                    legend: bool = True, height: int | None = None) -> dict:
+                    legend: bool = True, height: int | None = None, data: TimelineData | None = None) -> dict:
     """The Gantt chart as plotly JSON: one row per request in its hue, the phase as a pattern (waiting
     hollow, prefill hatched, decode solid, preempted crossed red), a tick where it finished (an ✕ where it
-    was refused). Rows name the tenant and priority when the request had them."""
+    was refused). Rows name the tenant and priority when the request had them. ``data``: the
+    ``timeline_data(trace, metrics, since)`` already computed, if the caller has it."""
     colors = colors or ColorMap()
-    d = timeline_data(trace, metrics, since)
+    d = data or timeline_data(trace, metrics, since)
     info = request_info(trace)
     label = {r: row_label(r, info) for r in d.requests}
-    data = []
+    bars = []
     for phase in STATES:
         segs = [s for s in d.segments if s.state == phase]
-        data.append(dict(
+        bars.append(dict(
             type="bar", orientation="h", name=phase, showlegend=False, hoverinfo="text", width=0.72,
             y=[label[s.request] for s in segs], base=[s.start - 0.5 for s in segs], x=[s.end - s.start for s in segs],
             hovertext=[f"{s.request}: {phase}, steps {s.start}–{s.end - 1}" for s in segs],
             marker=phase_marker(phase, [colors(s.request) for s in segs])))
     refused = [f.reason in QUEUE_ENDINGS for f in d.finishes]
-    data.append(dict(
+    bars.append(dict(
         type="scatter", mode="markers", name="finished", showlegend=False, hoverinfo="text",
         x=[f.step + 0.5 for f in d.finishes], y=[label[f.request] for f in d.finishes],
         hovertext=[f"{f.request} {'refused' if r else 'finished'} at step {f.step}: "
@@ -252,7 +253,7 @@ def timeline_figure(trace: Sequence[StepTrace], metrics: Mapping[str, RequestMet
                     size=round(14 * scale), line=dict(width=3, color="#111111"))))
     if legend:
         shown = [p for p in STATES if any(s.state == p for s in d.segments)]
-        data += phase_legend(shown) + request_legend(colors, d.requests, label)
+        bars += phase_legend(shown) + request_legend(colors, d.requests, label)
     first = since if since is not None else trace[0].step if trace else 0
     last = trace[-1].step if trace else 9
     rows = max(len(d.requests), 3)
@@ -264,7 +265,17 @@ def timeline_figure(trace: Sequence[StepTrace], metrics: Mapping[str, RequestMet
                                                  categoryorder="array", categoryarray=[label[r] for r in d.requests]))
     if not trace:
         layout["annotations"] = [_no_steps()]
-    return figure(data, layout, scale)
+    return figure(bars, layout, scale)
+
+
+def request_order(trace: Sequence[StepTrace]) -> list[str]:
+    """Request ids in the order they first did anything (admitted, computed, ended): a cheap, stable order
+    to hand out colours in, whichever step of a recording is drawn first."""
+    seen: dict[str, None] = {}
+    for t in trace:
+        for rid in (*t.admitted, *t.prefill_tokens, *t.decode_tokens, *t.finished):
+            seen.setdefault(rid)
+    return list(seen)
 
 
 def timeline_chart(trace: Sequence[StepTrace], metrics: Mapping[str, RequestMetrics] | None = None,

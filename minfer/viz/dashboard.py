@@ -35,6 +35,7 @@ import ipywidgets as W
 from minfer.config import POLICIES, EngineConfig
 from minfer.engine import LLMEngine
 from minfer.request import RequestMetrics
+from minfer.viz.batch import request_order
 from minfer.viz.export import export_html
 from minfer.viz.frame import FrameOptions, dashboard_frame
 from minfer.viz.recorder import Recorder, Recording
@@ -142,6 +143,8 @@ class Dashboard:
         self.owns_engine = engine is None and recording is None
         if recording is not None:
             self.recorder, self.recording = None, recording
+            for rid in request_order(recording.trace):  # hues in the run's order, wherever you scrub first
+                self.colors(rid)
         else:
             self.recorder = Recorder(engine or self._build_engine(self.knobs))
             self.recording = self.recorder.recording

@@ -45,8 +45,9 @@ def dashboard_frame(rec: Recording, index: int, colors: ColorMap, options: Frame
     trace = rec.trace[: index + 1]
     shown = trace[-options.window:] if options.window else trace
     since = shown[0].step if shown else None
-    seen = timeline_data(trace, rec.metrics).requests
-    for rid in seen:  # hues in order of first appearance, the same in every view
+    timeline = timeline_data(trace, rec.metrics, since)
+    seen = timeline.requests  # the rows on screen, in order of first appearance
+    for rid in seen:  # a request's hue is fixed the first time it is drawn, the same in every view
         colors(rid)
     kept = rec.snapshot_at(index) if index >= 0 else None
     grid_title = None
@@ -56,7 +57,7 @@ def dashboard_frame(rec: Recording, index: int, colors: ColorMap, options: Frame
     s = options.scale
     views = {
         "batch": batch_figure(shown, colors, s, legend=False),
-        "timeline": timeline_figure(trace, rec.metrics, colors, since, s, legend=False),
+        "timeline": timeline_figure(trace, rec.metrics, colors, since, s, legend=False, data=timeline),
         "grid": grid_figure(pool, colors, scale=s, title=grid_title),
         "queues": queue_figure(shown, s),
         "latency": latency_figure(rec.metrics, options.ttft_slo, options.itl_slo,
