@@ -389,8 +389,9 @@ def test_dashboard_in_a_lecture(lab, tmp_path):
                 return seen["grid"] == grid and seen["batch"] == batch
 
             wait_until(page, rendered, 60)  # the browser draws the newest frame when it gets to it
-            shot = tmp_path / "dashboard.png"
-            first.screenshot(path=str(shot))
+            shot = tmp_path / "dashboard.png"  # the replay of the simulated bursts, at its first preemption
+            wait_until(page, lambda: replayed.locator(".minfer-timeline g.point").count() > 0, 60)
+            replayed.screenshot(path=str(shot))
             if os.environ.get("MINFER_SCREENSHOT"):  # e.g. docs/images/dashboard.png, for the README
                 shutil.copy(shot, os.environ["MINFER_SCREENSHOT"])
             assert seen["grid"] == grid, f"the grid drew {seen['grid']} (cells, fill bars), expected {grid}{hint()}"
