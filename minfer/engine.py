@@ -166,7 +166,8 @@ class LLMEngine:
         return len(self.scheduler.requests)
 
     def unfinished_requests(self) -> list[Request]:
-        """Every request not yet finished (pending, waiting or running), in no particular order."""
+        """Every request added and not finished yet (not arrived, queued or running), in the order added:
+        what a widget or server reads instead of the scheduler's own bookkeeping."""
         return list(self.scheduler.requests.values())
 
     # ---- one step --------------------------------------------------------------------------------

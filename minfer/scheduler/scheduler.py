@@ -21,7 +21,8 @@ reason -- those stops, a stop string the engine found in the text, an abort, a r
 -- and ``finish()`` frees its blocks at once, so the very next step can use them.
 
 The scheduler also keeps a short log for the step record: why each request was admitted, preempted or
-finished (``notes``), and who joined the queue (``joined``). The engine takes both into every ``StepTrace``.
+finished, one phrase each (``notes``), and who joined the queue (``joined``). The engine takes both into
+every ``StepTrace``.
 """
 
 from __future__ import annotations
@@ -211,7 +212,7 @@ class Scheduler:
         while self.pool.try_append_slots(req.request_id, n) is None:
             victim = self.running[-1]
             rule = self.policy.victim_rule
-            why = (f"pool full: it needed a block and is {rule}" if victim is req
+            why = (f"pool full: it needed a block, and it is itself {rule}" if victim is req
                    else f"pool full: {req.request_id} needed a block; {victim.request_id} is {rule}")
             self._preempt(victim, out, why)
             if victim is req:
@@ -241,9 +242,9 @@ class Scheduler:
             budget.spend(n, decode=False)
 
     def _admission_note(self, req: Request, n: int, need: int) -> str:
-        what = "resumed (recomputes its tokens)" if req.metrics.num_preemptions else "admitted"
+        resume = "resumes after preemption, recomputing: " if req.metrics.num_preemptions else ""
         cached = f", {req.num_computed_tokens} tokens from the prefix cache" if req.num_computed_tokens else ""
-        return f"{what}: {n} tokens this step, {need} of {self.pool.num_free_blocks + need} free blocks{cached}"
+        return f"{resume}{n} tokens this step, {need} of {self.pool.num_free_blocks + need} free blocks{cached}"
 
     def _prefix_hits(self, req: Request) -> list[int]:
         """Cached blocks of the request's longest cached prefix, leaving at least one token to compute
@@ -296,7 +297,7 @@ class Scheduler:
         req.metrics.num_preemptions += 1
         self.policy.push_front(req)
         out.preempted.append(req)
-        self.notes[req.request_id] = f"preempted: {why}"
+        self.notes[req.request_id] = why
 
     def _preempt_for_priority(self, out: SchedulerOutput) -> None:
         """policy="priority" with priority_preemption: a waiting request that outranks the lowest running
@@ -433,14 +434,14 @@ class Scheduler:
 
 
 def finish_note(req: Request) -> str:
-    """One phrase for the step's narration: how ``req`` ended."""
+    """One phrase for the step's narration: why ``req`` ended."""
     reason, why = req.finish_reason, req.stop_reason
     if reason == "stop" and isinstance(why, int):
-        return f"finished: {'EOS token' if why in req.eos_token_ids else 'stop token'} {why}"
+        return f"{'EOS token' if why in req.eos_token_ids else 'stop token'} {why}"
     if reason == "stop":
-        return f"finished: stop string {why!r}"
+        return f"stop string {why!r}"
     if reason == "length":
-        return f"finished: {why or f'max_tokens={req.params.max_tokens}'} reached"
+        return f"{why or f'max_tokens={req.params.max_tokens}'} reached"
     if reason == "abort":
         return "aborted"
-    return f"{reason}: {why}" if why else str(reason)
+    return str(why) if why else str(reason)  # rejected, timeout: the scheduler's why; error: the message
