@@ -66,6 +66,10 @@ class EngineConfig:
     enable_prefix_caching: bool = False
 
     record_trace: bool = True  # keep a StepTrace per step (turn off for very long simulations)
+    # bounded memory for a long-running engine (a server): keep only the most recent finished requests
+    # (engine.finished) and steps (engine.trace); None keeps everything, as offline runs and chapters need
+    finished_window: int | None = None
+    trace_window: int | None = None
 
     def __post_init__(self) -> None:
         def choice(name: str, allowed: tuple[str, ...]) -> None:
@@ -99,6 +103,8 @@ class EngineConfig:
         for name in ("num_blocks", "max_model_len", "max_num_batched_tokens"):
             at_least(name, 1, optional=True)
         at_least("max_waiting", 0, optional=True)
+        for name in ("finished_window", "trace_window"):
+            at_least(name, 0, optional=True)
         for name in ("max_queue_time", "ttft_slo"):
             at_least(name, 0, optional=True)
         if not 0 < self.gpu_memory_utilization <= 1:
