@@ -159,6 +159,7 @@ BAD = [  # (endpoint, body, the field the 400 must name, or None where no single
     ("completions", b"{not json", None),
     ("completions", b"[1, 2]", None),
     ("completions", b"\xff\xfe", None),
+    ("completions", b"[" * 100_000, None),
     ("completions", {"max_tokens": 4}, "prompt"),
     ("completions", {"prompt": "hi", "max_tokens": -1}, "max_tokens"),
     ("completions", {"prompt": "hi", "max_tokens": 0}, "max_tokens"),
