@@ -419,3 +419,13 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_bench_endpoint_prints_the_client_row(server, capsys):
+    from minfer.bench import main
+
+    results = main(["--endpoint", server.url, "--workload", "mixed", "-n", "3", "--slo-ttft", "30"])
+    assert [r.name for r in results] == [f"client of {server.url}"]
+    s = results[0].summary
+    assert s.num_requests == 3 and s.finish_reasons == {"length": 3} and s.slo_attainment is not None
+    assert f"client of {server.url}" in capsys.readouterr().out
