@@ -292,6 +292,12 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     p.add_argument("--config", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
                    help="an engine configuration to compare (repeatable)")
     p.add_argument("--system", action="append", default=[], help="a registered system to run (repeatable)")
+    p.add_argument("--endpoint", default=None, metavar="URL", help="also replay the workload against this "
+                   "OpenAI-compatible server (http://HOST:PORT/v1) and report what its client sees (minfer.loadgen); "
+                   "--model then names the served model")
+    p.add_argument("--api", choices=["completions", "chat"], default="completions", help="with --endpoint")
+    p.add_argument("--vocab-size", type=int, default=None, help="with --endpoint: prompt ids are drawn below it "
+                   "(default: what the server reports, else 32000)")
     p.add_argument("--slo-ttft", type=float, default=None)
     p.add_argument("--slo-tpot", type=float, default=None)
     p.add_argument("--slo-e2e", type=float, default=None)
@@ -326,7 +332,7 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     runners: dict[str, Runner] = {}
     configs: dict[str, dict] = {}
     specs = list(args.config)
-    if not specs and not args.system and (args.sim or args.model):
+    if not specs and not args.system and not args.endpoint and (args.sim or args.model):
         specs = ["default:"]  # --sim or --model alone: the default engine on that hardware or model
     for spec in specs:
         label, overrides = parse_config(spec)
@@ -336,6 +342,11 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
         if name not in RUNNERS:
             raise SystemExit(f"unknown system {name!r}; registered: {', '.join(RUNNERS)}")
         runners[name] = RUNNERS[name]
+    if args.endpoint:  # a server measured from outside, beside any in-process engine configured above
+        from minfer.loadgen import endpoint_runner
+
+        runners[f"client of {args.endpoint}"] = endpoint_runner(args.endpoint, slo, model=args.model, api=args.api,
+                                                                vocab_size=args.vocab_size, seed=args.seed)
     if not runners:  # the README benchmark
         runners = {name: RUNNERS[name] for name in DEFAULT_SYSTEMS if name in RUNNERS}
     prompt = sum(w.prompt_len for w in workload)
@@ -343,6 +354,10 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     print(f"workload: {len(workload)} requests, {prompt:,} prompt and {output:,} output tokens")
     results = compare(workload, runners, configs, echo=True, repeat=args.repeat)
     print(format_table(results))
+    for r in results:
+        if r.summary is not None and r.summary.extra.get("errors"):
+            s = r.summary
+            print(f"{r.name}: {s.extra['errors']:.0f} requests failed; finish reasons {s.finish_reasons}")
     if args.json:
         save_json(results, args.json, {"workload": args.workload or "readme", "requests": len(workload),
                                        "prompt_tokens": prompt, "output_tokens": output, "repeat": args.repeat,
