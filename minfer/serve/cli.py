@@ -16,7 +16,7 @@ import ast
 import logging
 import sys
 from collections.abc import Sequence
-from dataclasses import MISSING, fields
+from dataclasses import fields
 from typing import Any
 
 from minfer.config import EngineConfig
@@ -51,7 +51,8 @@ def parser() -> argparse.ArgumentParser:
     engine = p.add_argument_group("engine (EngineConfig)")
     for f in fields(EngineConfig):
         flag = "--" + f.name.replace("_", "-")
-        default = SERVER_DEFAULTS.get(f.name, f.default if f.default is not MISSING else f.default_factory())
+        own = f.default_factory() if callable(f.default_factory) else f.default
+        default = SERVER_DEFAULTS.get(f.name, own)
         if isinstance(default, bool):
             engine.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
                                 help=f"(default {default})")

@@ -28,7 +28,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -146,7 +146,7 @@ class EngineLoop:
     async def generate(self, request_id: str, prompt: str | list[int] | None, params: SamplingParams, *,
                        messages: list[dict[str, str]] | None = None, priority: Any = 0, tenant: Any = None,
                        fill_max_tokens: bool = False,
-                       arrival: float | None = None) -> AsyncIterator[RequestOutput]:
+                       arrival: float | None = None) -> AsyncGenerator[RequestOutput, None]:
         """Queue a request and yield its outputs as steps produce them, the last with ``finished``.
 
         The engine's refusal (``ValueError``/``TypeError`` from ``add_request``) is raised from the first

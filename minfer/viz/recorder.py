@@ -45,8 +45,8 @@ class Recording:
     def snapshot_at(self, index: int) -> tuple[int, PoolSnapshot] | None:
         """The pool at step ``index``, or the latest kept before it (its index says which): None if none."""
         for i in range(min(index, len(self.snapshots) - 1), -1, -1):
-            if self.snapshots[i] is not None:
-                return i, self.snapshots[i]
+            if (snap := self.snapshots[i]) is not None:
+                return i, snap
         return None
 
     def save(self, path: str | Path) -> None:
