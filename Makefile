@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: setup lab test test-unit test-notebooks bench lint clean
+.PHONY: setup lab test test-unit test-notebooks notebooks bench lint clean
 
 setup: $(STAMP)
 
@@ -30,6 +30,10 @@ lab: setup
 test: setup
 	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
 	$(BIN)/python -m pytest --nbval-lax --nbval-current-env notebooks $(PYTEST_ARGS)
+
+# re-execute every chapter in place (after a package change their stored outputs are stale) and clean them
+notebooks: setup
+	$(BIN)/python scripts/run_notebooks.py
 
 bench: setup
 	$(BIN)/python -m minfer.bench
