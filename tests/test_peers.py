@@ -1,0 +1,67 @@
+"""Peer engines in the benchmark: registered only when installed, offline workloads only, honest accounting.
+
+The runs themselves need vLLM or llama-cpp-python (``make bench-peers``); those tests skip without them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+import minfer.peers as peers
+from minfer.bench import DESCRIPTIONS, RUNNERS
+from minfer.workload import WorkItem, uniform_mix
+
+NAMES = ["vLLM CPU backend, eager", "vLLM CPU backend, compiled", "llama.cpp (shipped Q4_1 GGUF)"]
+
+
+@pytest.fixture
+def clean_registry():
+    saved = dict(RUNNERS), dict(DESCRIPTIONS)
+    yield
+    RUNNERS.clear(), DESCRIPTIONS.clear()
+    RUNNERS.update(saved[0]), DESCRIPTIONS.update(saved[1])
+
+
+def test_peers_register_only_when_their_package_imports(monkeypatch, clean_registry):
+    for name in NAMES:
+        RUNNERS.pop(name, None)
+    monkeypatch.setattr(peers, "installed", lambda module: False)
+    peers.register()
+    assert not set(NAMES) & set(RUNNERS)
+    monkeypatch.setattr(peers, "installed", lambda module: module == "llama_cpp")
+    peers.register()
+    assert NAMES[2] in RUNNERS and NAMES[0] not in RUNNERS
+    monkeypatch.setattr(peers, "installed", lambda module: True)
+    peers.register()
+    assert set(NAMES) <= set(RUNNERS) and set(NAMES) <= set(DESCRIPTIONS)
+
+
+def test_descriptions_name_the_weights_and_versions():
+    llama = peers.llama_cpp_config()
+    assert llama["weights"].startswith("Q4_1") and llama["bytes_per_weight"] == 0.625  # (16 + 2 + 2) bytes / 32
+    assert set(peers.vllm_config(eager=True)) >= {"version", "enforce_eager", "dtype", "kv_cache_gib"}
+
+
+def test_peers_refuse_arrival_times():
+    with pytest.raises(ValueError, match="arrive at time 0"):
+        peers.offline([WorkItem(0.0, 4, 4), WorkItem(1.5, 4, 4)])
+    peers.offline(uniform_mix(4))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python is not installed")
+def test_llama_cpp_generates_every_token():
+    work = uniform_mix(3, (8, 40), (2, 12), seed=1)
+    tokens, seconds = peers.run_llama_cpp(work)
+    assert tokens == sum(w.output_len for w in work) and seconds > 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
+def test_vllm_generates_every_token_in_its_own_process():
+    work = uniform_mix(2, (8, 40), (2, 12), seed=1)
+    tokens, seconds = peers.run_vllm(work, eager=True)
+    assert tokens == sum(w.output_len for w in work) and seconds > 0
+    assert peers.vllm_config(eager=True)["threads"] >= 1
