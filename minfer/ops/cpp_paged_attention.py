@@ -10,7 +10,8 @@ attention is a matrix product that SDPA's blocked kernel does well; the copy is 
 
 The kernel is compiled by PyTorch's C++ extension loader on first use (about 30 s; it needs a C++
 compiler, and OpenMP to use every core) and kept under minfer's cache folder, so later processes
-load it in well under a second.
+load it in well under a second. It is the CPU's default (``attention_backend="auto"``) wherever it builds;
+``available()`` says whether it does.
 """
 
 from __future__ import annotations
@@ -70,6 +71,23 @@ def kernel():
     except Exception as e:  # the compiler's own log is above; say what to do instead
         raise RuntimeError(f"could not build the CPU paged-attention kernel ({e}); "
                            "attention_backend='torch' runs the same attention without compiling") from e
+
+
+@functools.cache
+def available() -> bool:
+    """Whether the kernel can run here: built already, or built now (once per machine, about 30 s). Where it
+    cannot -- no C++ compiler, or a failed build -- ``attention_backend="auto"`` falls back to the PyTorch
+    reference, and says so once, in one line: the course runs either way, only slower."""
+    if not have_compiler():
+        print("minfer: no C++ compiler found, so CPU attention runs the PyTorch reference; install g++ (or set CXX) "
+              "for the compiled kernel", file=sys.stderr)
+        return False
+    try:
+        kernel()
+    except RuntimeError as e:
+        print(f"minfer: CPU attention runs the PyTorch reference: {e}", file=sys.stderr)
+        return False
+    return True
 
 
 def cpp_paged_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata) -> Tensor:
