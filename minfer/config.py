@@ -36,7 +36,7 @@ class EngineConfig:
     dtype: str = "auto"  # auto: bfloat16 on CUDA, float32 on CPU
     executor: str = "model"  # "model" (real forward passes) or "sim" (roofline cost model, no weights)
     hardware: str | None = None  # sim only: a hardware spec name such as "H100-SXM"
-    attention_backend: str = "auto"  # auto: Triton on CUDA, the torch reference on CPU; "cpp": compiled CPU kernel
+    attention_backend: str = "auto"  # auto: Triton on CUDA; on CPU "cpp" (compiled kernel) if it builds, else "torch"
     cuda_graphs: bool = True  # capture decode steps in CUDA graphs (CUDA only)
     seed: int = 0  # for requests sampled without their own seed
 

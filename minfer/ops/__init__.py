@@ -18,9 +18,14 @@ __all__ = ["AttentionMetadata", "attention_ops", "paged_attention", "resolve_bac
 
 
 def resolve_backend(backend: str, device: torch.device | str) -> str:
-    """``"auto"`` means Triton on CUDA and the PyTorch reference on the CPU."""
+    """``"auto"`` means Triton on CUDA; on the CPU, the compiled decode kernel where it builds (a C++ compiler is
+    present), else the PyTorch reference (with a one-line notice)."""
     if backend == "auto":
-        return "triton" if torch.device(device).type == "cuda" else "torch"
+        if torch.device(device).type == "cuda":
+            return "triton"
+        from minfer.ops.cpp_paged_attention import available
+
+        return "cpp" if available() else "torch"
     return backend
 
 
