@@ -44,15 +44,16 @@ from typing import Any
 
 from minfer.config import EngineConfig
 from minfer.cpu_malloc import keep_freed_memory
+from minfer.engine import OFFLINE_DEFAULTS
 from minfer.metrics import SLO, Summary, summarize
-from minfer.ops.cpp_paged_attention import have_compiler
+from minfer.ops import resolve_backend
 from minfer.workload import WorkItem, bursts, fixed_mix, load_workload, long_prompt_spike, poisson, submit, uniform_mix
 
 Runner = Callable[[list[WorkItem]], "Summary | tuple[int, float]"]
 RUNNERS: dict[str, Runner] = {}  # name → runner; the default benchmark runs those in DEFAULT_SYSTEMS
 DESCRIPTIONS: dict[str, Callable[[], dict]] = {}  # name → how the system ran (versions, settings), for --json
-DEFAULT_SYSTEMS = ["minfer continuous batching", "minfer continuous batching, C++ attention",
-                   "minfer continuous batching, bfloat16", "minfer static batching", "HF generate, static batches",
+DEFAULT_SYSTEMS = ["minfer LLM() defaults", "minfer, PyTorch attention", "minfer, bfloat16",
+                   "minfer static batching", "HF generate, static batches",
                    "HF continuous batching", "vLLM CPU backend, eager", "vLLM CPU backend, compiled",
                    "llama.cpp (shipped Q4_1 GGUF)"]
 
@@ -131,14 +132,13 @@ def engine_runner(config: EngineConfig, slo: SLO | None = None, seed: int = 0) -
     return lambda workload: run_engine(workload, config, slo, seed)
 
 
-# the README benchmark's engine: every request fits in one batch; up to 8 prompts share a step's 512-token
-# prefill budget (the default, one prompt per step, suits latency more than offline throughput)
-README_ENGINE = dict(max_num_seqs=32, max_prefill_chunks_per_step=8)
-register_runner("minfer continuous batching", engine_runner(EngineConfig(**README_ENGINE)))
-register_runner("minfer continuous batching, bfloat16", engine_runner(EngineConfig(**README_ENGINE, dtype="bfloat16")))
-if have_compiler():  # the same engine with the compiled decode kernel (built on first use, about 30 s)
-    register_runner("minfer continuous batching, C++ attention",
-                    engine_runner(EngineConfig(**README_ENGINE, attention_backend="cpp")))
+# the README benchmark's engines: what ``LLM(...)`` builds with no flags (up to 8 prompts share a step's 512-token
+# prefill budget; attention "auto", the compiled CPU kernel where a compiler is present), and the same engine
+# with the PyTorch reference attention (what runs without a compiler) or in bfloat16
+register_runner("minfer LLM() defaults", engine_runner(EngineConfig(**OFFLINE_DEFAULTS)),
+                lambda: {"attention_backend": resolve_backend("auto", "cpu"), **OFFLINE_DEFAULTS})
+register_runner("minfer, PyTorch attention", engine_runner(EngineConfig(**OFFLINE_DEFAULTS, attention_backend="torch")))
+register_runner("minfer, bfloat16", engine_runner(EngineConfig(**OFFLINE_DEFAULTS, dtype="bfloat16")))
 
 
 def run_system(name: str, runner: Runner, workload: list[WorkItem], config: dict | None = None) -> Result:
