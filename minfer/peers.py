@@ -223,9 +223,28 @@ def run_llama_cpp(workload: list[WorkItem], n_batch: int = 512) -> tuple[int, fl
     return sum(map(len, outputs)), seconds
 
 
+@functools.cache
+def gguf_weight_bytes() -> dict[str, Any]:
+    """What the shipped GGUF stores, read from the file: bytes per weight for each tensor type, and overall.
+    (Q4_1 keeps blocks of 32 weights as 4-bit codes plus a 16-bit scale and minimum: 20 bytes per 32 weights.)"""
+    from gguf import GGUFReader
+
+    from minfer.model.loader import smollm2_gguf_path
+
+    weights: dict[str, int] = {}
+    nbytes: dict[str, int] = {}
+    for t in GGUFReader(str(smollm2_gguf_path())).tensors:
+        kind = t.tensor_type.name
+        weights[kind] = weights.get(kind, 0) + int(t.n_elements)
+        nbytes[kind] = nbytes.get(kind, 0) + int(t.n_bytes)
+    return {"bytes_per_weight": {k: nbytes[k] / weights[k] for k in weights},
+            "weights_per_type": weights, "overall_bytes_per_weight": sum(nbytes.values()) / sum(weights.values()),
+            "file_bytes": sum(nbytes.values())}
+
+
 def llama_cpp_config() -> dict[str, Any]:
-    return {"package": "llama-cpp-python", "version": version("llama-cpp-python"), "weights": "Q4_1 GGUF (4-bit)",
-            "bytes_per_weight": 0.625, "threads": cores(), "n_batch": 512}
+    return {"package": "llama-cpp-python", "version": version("llama-cpp-python"), "weights": gguf_weight_bytes(),
+            "threads": cores(), "n_batch": 512}
 
 
 def register() -> None:

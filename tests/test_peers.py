@@ -39,8 +39,10 @@ def test_peers_register_only_when_their_package_imports(monkeypatch, clean_regis
 
 
 def test_descriptions_name_the_weights_and_versions():
-    llama = peers.llama_cpp_config()
-    assert llama["weights"].startswith("Q4_1") and llama["bytes_per_weight"] == 0.625  # (16 + 2 + 2) bytes / 32
+    weights = peers.llama_cpp_config()["weights"]
+    assert weights["bytes_per_weight"]["Q4_1"] == 20 / 32  # 32 4-bit codes, a 16-bit scale and a 16-bit minimum
+    assert weights["weights_per_type"]["Q4_1"] > 0.7 * sum(weights["weights_per_type"].values())  # the layers
+    assert 0.6 < weights["overall_bytes_per_weight"] < 1  # against float32's 4
     assert set(peers.vllm_config(eager=True)) >= {"version", "enforce_eager", "dtype", "kv_cache_gib"}
 
 
