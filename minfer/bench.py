@@ -342,6 +342,8 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
                    "each one's median run (steadier figures on a noisy machine)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
     p.add_argument("--no-roofline", action="store_true", help="skip measuring this machine's roofline")
+    p.add_argument("--threads", type=int, default=None, help="threads for every system, peers included "
+                   "(default: PyTorch's, every core)")
     p.add_argument("--scale", action="store_true", help="time the simulator on 10,000 requests")
     p.add_argument("--list", action="store_true", help="list the registered systems")
     args = p.parse_args(argv)
@@ -360,6 +362,13 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
         return []
 
     keep_freed_memory()  # every system, baselines included, runs with the allocator settings minfer's engine uses
+    if args.threads:
+        import os
+
+        import torch
+
+        torch.set_num_threads(args.threads)
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)  # what the peers read (vLLM's process inherits it)
     limits = (args.slo_ttft, args.slo_tpot, args.slo_e2e)
     slo = SLO(*limits) if any(x is not None for x in limits) else None
     workload = build_workload(args) if args.workload else readme_workload(args.seed)

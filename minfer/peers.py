@@ -52,6 +52,12 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def threads() -> int:
+    """Threads for a peer: ``OMP_NUM_THREADS`` when set (``bench --threads`` sets it for every system), else every
+    core."""
+    return int(os.environ.get("OMP_NUM_THREADS") or cores())
+
+
 def offline(workload: list[WorkItem]) -> None:
     """Peers run through their offline ``generate`` APIs: every request present from the start."""
     if any(w.arrival_time > 0 for w in workload):
@@ -71,7 +77,7 @@ def vllm_environment() -> None:
     takes one thread) and minfer's KV budget."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(KV_CACHE_GIB))
-    os.environ.setdefault("OMP_NUM_THREADS", str(cores()))
+    os.environ["OMP_NUM_THREADS"] = str(threads())
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 
@@ -169,7 +175,7 @@ def llama_cpp_model(n_ctx: int, n_seqs: int, n_batch: int = 512) -> Any:
     from minfer.model.loader import smollm2_gguf_path
 
     return Llama(str(smollm2_gguf_path()), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch, n_seq_max=n_seqs,
-                 n_threads=cores(), n_threads_batch=cores(), kv_unified=True, verbose=False)
+                 n_threads=threads(), n_threads_batch=threads(), kv_unified=True, verbose=False)
 
 
 def run_llama_cpp(workload: list[WorkItem], n_batch: int = 512) -> tuple[int, float]:
@@ -244,7 +250,7 @@ def gguf_weight_bytes() -> dict[str, Any]:
 
 def llama_cpp_config() -> dict[str, Any]:
     return {"package": "llama-cpp-python", "version": version("llama-cpp-python"), "weights": gguf_weight_bytes(),
-            "threads": cores(), "n_batch": 512}
+            "threads": threads(), "n_batch": 512}
 
 
 def register() -> None:
