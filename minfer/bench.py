@@ -161,6 +161,8 @@ def compare(workload: list[WorkItem], runners: dict[str, Runner], configs: dict[
             if echo:
                 print(f"running {name}" + (f" ({i + 1}/{repeat})" if repeat > 1 else "") + " ...", flush=True)
             runs[name].append(run_system(name, runner, workload, (configs or {}).get(name)))
+            if echo:
+                print(f"  {runs[name][-1].throughput:.1f} output tokens/s", flush=True)
     results = []
     for rs in runs.values():
         median = sorted(rs, key=lambda r: r.throughput)[(len(rs) - 1) // 2]
