@@ -81,7 +81,7 @@ def vllm_environment() -> None:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 
-def vllm_worker(conn: Any, eager: bool) -> None:
+def vllm_worker(receive: Any, send: Any, eager: bool) -> None:
     """The child's loop: build the engine, say how long that took, then run each workload it is sent."""
     vllm_environment()
     try:
@@ -91,49 +91,60 @@ def vllm_worker(conn: Any, eager: bool) -> None:
 
         start = time.perf_counter()
         llm = LLM(model=str(resolve_checkpoint("smollm2-135m")), dtype="float32", enforce_eager=eager, seed=0)
-        conn.send({"build_seconds": time.perf_counter() - start, "threads": torch.get_num_threads()})
-        while (job := conn.recv()) is not None:
+        send.send({"build_seconds": time.perf_counter() - start, "threads": torch.get_num_threads()})
+        while (job := receive.recv()) is not None:
             prompts = [TokensPrompt(prompt_token_ids=p) for p in job["prompts"]]
             params = [SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=True) for m in job["max_tokens"]]
             start, cpu = time.perf_counter(), time.process_time()
             outs = llm.generate(prompts, params, use_tqdm=False)
             seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-            conn.send({"tokens": sum(len(o.outputs[0].token_ids) for o in outs), "seconds": seconds,
+            send.send({"tokens": sum(len(o.outputs[0].token_ids) for o in outs), "seconds": seconds,
                        "cpu_seconds": cpu})
     except Exception as e:  # report it to the benchmark rather than dying silently
-        conn.send({"error": f"{type(e).__name__}: {e}"})
+        send.send({"error": f"{type(e).__name__}: {e}"})
 
 
 class VLLMProcess:
-    """A vLLM engine in a child process (see above); ``run(prompts, max_tokens)`` → (tokens, seconds)."""
+    """A vLLM engine in a child process (see above); ``run(prompts, max_tokens)`` → (tokens, seconds).
+
+    The child is ``python -m minfer.peers`` with two pipes of its own (vLLM prints to stdout and stderr freely),
+    started with ``subprocess``: unlike multiprocessing's spawn, that never re-imports the caller's script."""
 
     def __init__(self, eager: bool) -> None:
-        import multiprocessing
+        import subprocess
+        import sys
+        from multiprocessing.connection import Connection
 
-        context = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing of this process's state
-        self.conn, child = context.Pipe()
-        self.process = context.Process(target=vllm_worker, args=(child, eager), daemon=True)
-        self.process.start()
+        to_child, from_parent = os.pipe()
+        to_parent, from_child = os.pipe()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "minfer.peers", "vllm-worker", str(to_child), str(from_child),
+             "eager" if eager else "compiled"], pass_fds=(to_child, from_child))
+        os.close(to_child), os.close(from_child)
+        self.send, self.receive = Connection(from_parent, readable=False), Connection(to_parent, writable=False)
         self.info = self._receive()
 
     def _receive(self) -> dict[str, Any]:
-        if not self.conn.poll(3600):
+        if not self.receive.poll(3600):
             raise RuntimeError("vLLM's process did not answer within an hour")
-        message = self.conn.recv()
+        try:
+            message = self.receive.recv()
+        except EOFError:
+            raise RuntimeError(f"vLLM's process ended (exit code {self.process.wait()}); its output is above") from None
         if "error" in message:
             raise RuntimeError(f"vLLM failed in its process: {message['error']}")
         return message
 
     def run(self, prompts: list[list[int]], max_tokens: list[int]) -> tuple[int, float]:
-        self.conn.send({"prompts": prompts, "max_tokens": max_tokens})
+        self.send.send({"prompts": prompts, "max_tokens": max_tokens})
         out = self._receive()
         self.last_cpu_seconds = out["cpu_seconds"]  # the child's CPU time in generate (all its threads)
         return out["tokens"], out["seconds"]
 
     def close(self) -> None:
-        if self.process.is_alive():
-            self.conn.send(None)
-            self.process.join(timeout=30)
+        if self.process.poll() is None:
+            self.send.send(None)
+            self.process.wait(timeout=60)
 
 
 @functools.cache
@@ -170,14 +181,32 @@ def vllm_config(eager: bool) -> dict[str, Any]:
 
 # ---- llama.cpp ---------------------------------------------------------------------------------------
 @functools.cache
-def llama_cpp_model(n_ctx: int, n_seqs: int, n_batch: int = 512) -> Any:
-    """One llama.cpp context over the shipped GGUF, with room for ``n_seqs`` sequences of ``n_ctx`` tokens in all."""
-    from llama_cpp import Llama
+def llama_cpp_context(n_ctx: int, n_seqs: int, n_batch: int = 512) -> tuple[Any, Any]:
+    """(model, context) over the shipped GGUF: one KV cache of ``n_ctx`` tokens shared by up to ``n_seqs``
+    sequences. llama.cpp's own C API (the ``Llama`` class offers one sequence per context)."""
+    import llama_cpp
 
     from minfer.model.loader import smollm2_gguf_path
 
-    return Llama(str(smollm2_gguf_path()), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch, n_seq_max=n_seqs,
-                 n_threads=threads(), n_threads_batch=threads(), kv_unified=True, verbose=False)
+    llama_cpp.llama_backend_init()
+    if not _QUIET_LOG:  # it logs every tensor it loads; the benchmark's output stays readable without
+        _QUIET_LOG.append(llama_cpp.llama_log_callback(lambda level, text, user_data: None))
+        llama_cpp.llama_log_set(_QUIET_LOG[0], None)
+    model = llama_cpp.llama_model_load_from_file(str(smollm2_gguf_path()).encode(),
+                                                 llama_cpp.llama_model_default_params())
+    if not model:
+        raise RuntimeError(f"llama.cpp could not load {smollm2_gguf_path()}")
+    params = llama_cpp.llama_context_default_params()
+    params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = n_ctx, n_batch, n_batch, n_seqs
+    params.n_threads = params.n_threads_batch = threads()
+    params.kv_unified = True  # one cache for every sequence, as minfer's block pool (not n_ctx / n_seqs each)
+    ctx = llama_cpp.llama_init_from_model(model, params)
+    if not ctx:
+        raise RuntimeError("llama.cpp could not create its context")
+    return model, ctx
+
+
+_QUIET_LOG: list[Any] = []  # llama.cpp keeps a pointer to its log callback: keep the object alive
 
 
 def run_llama_cpp(workload: list[WorkItem], n_batch: int = 512) -> tuple[int, float]:
@@ -193,9 +222,8 @@ def run_llama_cpp(workload: list[WorkItem], n_batch: int = 512) -> tuple[int, fl
     prompts = token_prompts(workload, vocab)
     budget = [w.output_len for w in workload]
     n_ctx = -(-sum(len(p) + m for p, m in zip(prompts, budget)) // 256) * 256
-    llm = llama_cpp_model(max(n_ctx, 8192), len(prompts), n_batch)
-    ctx = llm.ctx
-    n_vocab = llama_cpp.llama_n_vocab(llama_cpp.llama_model_get_vocab(llm.model))
+    model, ctx = llama_cpp_context(max(n_ctx, 8192), len(prompts), n_batch)
+    n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
     batch = llama_cpp.llama_batch_init(max(n_batch, len(prompts)), 0, 1)
     outputs: list[list[int]] = [[] for _ in prompts]
 
@@ -205,8 +233,8 @@ def run_llama_cpp(workload: list[WorkItem], n_batch: int = 512) -> tuple[int, fl
         for i, (token, pos, seq, logits) in enumerate(entries):
             batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, pos, 1, logits
             batch.seq_id[i][0] = seq
-        if llama_cpp.llama_decode(ctx, batch) != 0:
-            raise RuntimeError("llama_decode failed (KV cache full?)")
+        if (status := llama_cpp.llama_decode(ctx, batch)) != 0:
+            raise RuntimeError(f"llama_decode failed with status {status} (1: no room in the KV cache)")
         rows = sum(e[3] for e in entries)
         return np.ctypeslib.as_array(llama_cpp.llama_get_logits(ctx), shape=(rows * n_vocab,)).reshape(rows, n_vocab)
 
@@ -264,3 +292,13 @@ def register() -> None:
         register_runner("vLLM CPU backend, compiled", lambda w: run_vllm(w, eager=False), lambda: vllm_config(False))
     if installed("llama_cpp"):
         register_runner("llama.cpp (shipped Q4_1 GGUF)", run_llama_cpp, llama_cpp_config)
+
+
+if __name__ == "__main__":  # the vLLM child: python -m minfer.peers vllm-worker READ_FD WRITE_FD eager|compiled
+    import sys
+    from multiprocessing.connection import Connection
+
+    _, role, read_fd, write_fd, mode = sys.argv
+    if role == "vllm-worker":
+        vllm_worker(Connection(int(read_fd), writable=False), Connection(int(write_fd), readable=False),
+                    eager=mode == "eager")
