@@ -55,6 +55,7 @@ bench-peers: $(PEERS_STAMP)
 
 lint: setup
 	$(BIN)/ruff check minfer tests scripts
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) $(PEERS) .pytest_cache .ruff_cache .hypothesis build dist *.egg-info

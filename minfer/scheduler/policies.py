@@ -1,4 +1,6 @@
-"""Priority and weighted-fair queue policies, refinements of FCFS (``policy.Policy``)."""
+"""Priority and weighted-fair queue policies, refinements of FCFS (``policy.Policy``), and the registry
+``POLICIES`` that maps each ``EngineConfig.policy`` name to its class. A new policy is a class here (or in a
+module of its own) plus one entry in ``POLICIES`` and its name in ``minfer.types.PolicyName``."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from collections import defaultdict, deque
 from collections.abc import Iterator
 from typing import Any
 
+from minfer.config import EngineConfig
 from minfer.request import Request
 from minfer.scheduler.policy import Policy
 
@@ -21,6 +24,7 @@ class PriorityPolicy(Policy):
     request, and its stale heap entry is dropped when it reaches the top."""
 
     name = "priority"
+    victim_rule = "the lowest-priority running request (of those, the most recently admitted)"
 
     def __init__(self) -> None:
         self.heap: list[tuple[Any, ...]] = []
@@ -97,6 +101,10 @@ class FairPolicy(Policy):
         self.vtime = 0.0
         self.size = 0
 
+    @classmethod
+    def from_config(cls, config: EngineConfig) -> FairPolicy:
+        return cls(config.tenant_weights)
+
     def weight(self, tenant: str | None) -> float:
         return self.weights.get(tenant, 1.0) if tenant is not None else 1.0
 
@@ -161,3 +169,13 @@ class FairPolicy(Policy):
 
     def on_scheduled(self, req: Request, num_tokens: int) -> None:
         self.served[req.tenant] += num_tokens
+
+
+POLICIES: dict[str, type[Policy]] = {p.name: p for p in (Policy, PriorityPolicy, FairPolicy)}
+
+
+def make_policy(config: EngineConfig) -> Policy:
+    """The queue policy ``config.policy`` names."""
+    if config.policy not in POLICIES:
+        raise ValueError(f"policy must be one of {tuple(POLICIES)}, got {config.policy!r}")
+    return POLICIES[config.policy].from_config(config)
