@@ -22,14 +22,14 @@ import torch
 from minfer.ops.attention import AttentionBackend, AttentionOps
 
 BACKENDS: dict[str, AttentionBackend] = {b.name: b for b in (
+    AttentionBackend(  # "auto" on the CPU where it builds (cpp_paged_attention.available); else the reference
+        "cpp", "minfer.ops.paged_attention:store_kv", "minfer.ops.cpp_paged_attention:cpp_paged_attention",
+        devices=("cpu",), auto_on=("cpu",), needs_compiler=True, prepare="minfer.ops.cpp_paged_attention:kernel",
+        summary="a compiled CPU kernel for decodes that reads K/V in place (prefill chunks: the reference)"),
     AttentionBackend(
         "torch", "minfer.ops.paged_attention:store_kv", "minfer.ops.paged_attention:paged_attention",
         devices=("cpu", "cuda"), auto_on=("cpu",),
         summary="the PyTorch reference: gathers each request's K/V out of its blocks, then SDPA"),
-    AttentionBackend(
-        "cpp", "minfer.ops.paged_attention:store_kv", "minfer.ops.cpp_paged_attention:cpp_paged_attention",
-        devices=("cpu",), needs_compiler=True, prepare="minfer.ops.cpp_paged_attention:kernel",
-        summary="a compiled CPU kernel for decodes that reads K/V in place (prefill chunks: the reference)"),
     AttentionBackend(
         "triton", "minfer.ops.triton_store_kv:triton_store_kv",
         "minfer.ops.triton_paged_attention:triton_paged_attention",
@@ -44,7 +44,7 @@ def resolve_backend(name: str, device: torch.device | str) -> AttentionBackend:
     kind = torch.device(device).type
     if name == "auto":
         for backend in BACKENDS.values():
-            if kind in backend.auto_on and available(backend, kind):
+            if kind in backend.auto_on and builds(backend, kind):
                 return backend
         raise ValueError(f"no attention backend is registered for attention_backend='auto' on {kind!r}")
     if name not in BACKENDS:
@@ -55,6 +55,16 @@ def resolve_backend(name: str, device: torch.device | str) -> AttentionBackend:
 def available(backend: AttentionBackend, device: torch.device | str) -> bool:
     """Can ``backend`` run on ``device`` here (with a compiler, if it needs one)?"""
     return torch.device(device).type in backend.devices and (not backend.needs_compiler or have_compiler())
+
+
+def builds(backend: AttentionBackend, device: torch.device | str) -> bool:
+    """``available``, and for a compiled backend, built (once per machine; a failed build or a missing compiler
+    is said in one line, and "auto" moves on to the next backend)."""
+    if backend.needs_compiler and torch.device(device).type in backend.devices:
+        from minfer.ops.cpp_paged_attention import available as cpp_builds
+
+        return cpp_builds()
+    return available(backend, device)
 
 
 def load_backend(backend: AttentionBackend, device: torch.device | str) -> AttentionOps:
