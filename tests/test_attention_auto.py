@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import minfer.ops.cpp_paged_attention as cpp
-from minfer.ops import resolve_backend
+from minfer.ops.backends import resolve_backend
 
 
 @pytest.fixture
@@ -17,8 +17,8 @@ def fresh(monkeypatch):
 
 def test_without_a_compiler_auto_falls_back_with_one_line(fresh, capsys):
     fresh.setattr(cpp, "have_compiler", lambda: False)
-    assert resolve_backend("auto", "cpu") == "torch"
-    assert resolve_backend("auto", "cpu") == "torch"
+    assert resolve_backend("auto", "cpu").name == "torch"
+    assert resolve_backend("auto", "cpu").name == "torch"
     notice = capsys.readouterr().err
     assert notice.count("\n") == 1 and "no C++ compiler" in notice and "PyTorch reference" in notice
 
@@ -29,12 +29,12 @@ def test_a_failed_build_falls_back_too(fresh, capsys):
 
     fresh.setattr(cpp, "have_compiler", lambda: True)
     fresh.setattr(cpp, "kernel", broken)
-    assert resolve_backend("auto", "cpu") == "torch"
+    assert resolve_backend("auto", "cpu").name == "torch"
     assert "could not build" in capsys.readouterr().err
 
 
 def test_with_a_kernel_auto_picks_it(fresh):
     fresh.setattr(cpp, "have_compiler", lambda: True)
     fresh.setattr(cpp, "kernel", lambda: object())
-    assert resolve_backend("auto", "cpu") == "cpp"
-    assert resolve_backend("auto", "cuda") == "triton" and resolve_backend("torch", "cpu") == "torch"
+    assert resolve_backend("auto", "cpu").name == "cpp"
+    assert resolve_backend("auto", "cuda").name == "triton" and resolve_backend("torch", "cpu").name == "torch"
