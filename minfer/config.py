@@ -17,6 +17,7 @@ from minfer.types import (
     DType,
     ExecutorName,
     PolicyName,
+    ResumeRule,
     TimeoutAction,
     allowed,
 )
@@ -28,9 +29,10 @@ EXECUTORS = allowed(ExecutorName)
 BACKENDS = allowed(BackendName)
 DTYPES = allowed(DType)
 TIMEOUT_ACTIONS = allowed(TimeoutAction)
+RESUME_RULES = allowed(ResumeRule)
 
-__all__ = ["ADMISSIONS", "BACKENDS", "DTYPES", "EXECUTORS", "POLICIES", "TIMEOUT_ACTIONS", "EngineConfig",
-           "parse_bytes"]
+__all__ = ["ADMISSIONS", "BACKENDS", "DTYPES", "EXECUTORS", "POLICIES", "RESUME_RULES", "TIMEOUT_ACTIONS",
+           "EngineConfig", "parse_bytes"]
 
 
 @dataclass(slots=True)
@@ -60,6 +62,9 @@ class EngineConfig:
     max_prefill_chunks_per_step: int = 1  # prompts (chunks) one step may work on
     admission: AdmissionMode = "optimistic"  # "reserve": hold blocks for prompt + max_tokens from admission
 
+    # preemption: when a victim may come back
+    resume_rule: ResumeRule = "whole"  # "first_chunk": re-admit a victim for its first chunk (can thrash)
+
     # who goes first, who is refused
     policy: PolicyName = "fcfs"
     priority_preemption: bool = False  # policy="priority": a higher-priority arrival may preempt
@@ -80,6 +85,7 @@ class EngineConfig:
         check.one_of("attention_backend", self.attention_backend, BACKENDS)
         check.one_of("dtype", self.dtype, DTYPES)
         check.one_of("queue_timeout_action", self.queue_timeout_action, TIMEOUT_ACTIONS)
+        check.one_of("resume_rule", self.resume_rule, RESUME_RULES)
         for name in ("cuda_graphs", "enable_chunked_prefill", "priority_preemption", "enable_prefix_caching",
                      "record_trace", "debug_checks"):
             check.boolean(name, getattr(self, name))

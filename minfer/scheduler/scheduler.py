@@ -7,7 +7,11 @@ One ``schedule()`` decides what the next step computes:
    block the pool cannot give **preempts** the lowest-ranked running request (the last in the list):
    its blocks are freed, it goes back to the front of the queue, and it will recompute later.
 2. **Then waiting requests**, in queue order, while the step's budgets and the pool allow -- but not in a
-   step that had to preempt (memory is short; admitting more would only preempt again).
+   step that had to preempt (memory is short; admitting more would only preempt again). A preempted request
+   comes back only when its *whole* recompute, plus its next token, fits (``resume_rule="whole"``), and it
+   takes those blocks at once: were it let in for just a first chunk, the next step's growth would preempt it
+   again, over and over, recomputing the same tokens each time (``resume_rule="first_chunk"`` keeps that old
+   rule, to show the thrash).
 
 Around these two passes sits the gatekeeping, all off by default: first, waiting requests that waited too
 long or can no longer meet their TTFT target are timed out or shed (``shedding.py``), and with
@@ -257,6 +261,10 @@ class Scheduler:
         """Admitting ``req`` to compute its first ``n`` tokens after the cached prefix ``hits``: the blocks its
         table will hold, and how many of them leave the free list (new blocks, and cached ones nobody holds)."""
         total = self.pool.blocks_for(len(hits) * self.block_size + n)
+        if req.metrics.num_preemptions and self.config.resume_rule == "whole":
+            # a victim returns only when all it had, and its next token, fit -- taken now, so that its own
+            # recompute cannot run the pool dry halfway (which would preempt it again and waste the work)
+            total = max(total, self.pool.blocks_for(min(req.num_tokens + 1, req.max_kv_slots(self.max_model_len))))
         if self.config.admission == "reserve":  # room for every token it may ever hold
             total = max(total, self.pool.blocks_for(req.max_kv_slots(self.max_model_len)))
         fresh_hits = sum(1 for b in hits if self.pool.ref_counts[b] == 0)
