@@ -23,10 +23,13 @@ BackendName = Literal["auto", "torch", "triton", "cpp"]
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 TimeoutAction = Literal["finish", "promote"]
 DeviceType = Literal["cpu", "cuda"]
+PreemptionMode = Literal["recompute", "swap"]
+"""What preemption does with a victim's KV blocks. ``recompute``: drop them, and compute the tokens again on
+return; ``swap``: copy them to host memory and back on return (recompute when the host pool is full)."""
 ResumeRule = Literal["whole", "first_chunk"]
-"""When a preempted request may come back. ``whole``: once its whole recompute plus its next token fits, and
-those blocks are taken at once; ``first_chunk``: as soon as its first chunk fits, like a new request -- which can
-thrash (preempted again a step later, recomputing for nothing)."""
+"""When a preempted request may come back. ``whole``: once its whole recompute (or swap-in) plus its next
+token fits, and those blocks are taken at once; ``first_chunk``: as soon as its first chunk fits, like a new
+request -- which can thrash (preempted again a step later, recomputing for nothing)."""
 
 
 def allowed(literal: Any) -> tuple[str, ...]:

@@ -118,3 +118,187 @@ def test_random_workloads_never_preempt_a_request_twice_between_finishes(seed):
 def test_resume_rule_is_checked():
     with pytest.raises(ValueError, match="resume_rule"):
         EngineConfig(resume_rule="eventually")
+
+
+# ---- swap preemption ------------------------------------------------------------------------------------------
+
+def storm_workload() -> list[tuple[str, list[int], int]]:
+    """Sixteen requests burst into a 16-block pool: a preemption storm."""
+    rng = random.Random(1)
+    return [(f"r{i}", [rng.randrange(3, 300) for _ in range(rng.randrange(3, 24))], rng.randrange(10, 30))
+            for i in range(16)]
+
+
+def run_storm(tiny, **config) -> tuple[LLMEngine, dict]:
+    e = tiny_engine(tiny, num_blocks=16, block_size=4, chunked_prefill_size=8, max_num_seqs=8, **config)
+    for rid, prompt, n in storm_workload():
+        e.add_request(rid, prompt, greedy(n))
+    return e, {rid: o.outputs[0].token_ids for rid, o in run_checked(e).items()}
+
+
+@pytest.fixture(scope="module")
+def recomputed(tiny):
+    return run_storm(tiny, preemption_mode="recompute")
+
+
+def test_swap_gives_the_tokens_recompute_gives_under_a_preemption_storm(tiny, recomputed):
+    base, expected = recomputed
+    e, got = run_storm(tiny, preemption_mode="swap")
+    preempted = [r for t in e.trace for r in t.preempted]
+    assert len(preempted) >= 10, f"only {len(preempted)} preemptions: the storm is too mild to test swapping"
+    assert got == expected
+    # every victim was swapped out, and came back by swapping in exactly what it had (nothing recomputed)
+    assert [r for t in e.trace for r in t.swapped_out] == preempted
+    assert sorted(r for t in e.trace for r in t.swapped_in) == sorted(preempted)
+    out_blocks = Counter()
+    for t in e.trace:
+        out_blocks.update(t.swapped_out)
+        for rid, n in t.swapped_in.items():
+            assert n == out_blocks[rid], f"{rid} swapped in {n} blocks, swapped out {out_blocks[rid]}"
+            out_blocks[rid] = 0
+            assert t.positions[rid] > 0, "a swapped-in request resumes where it stopped, not at token 0"
+            assert "resumed (swaps in" in t.reasons[rid]
+        assert t.swap_bytes == e.kv_block_bytes * (sum(t.swapped_out.values()) + sum(t.swapped_in.values()))
+    assert all("swapped out:" in t.reasons[r] for t in e.trace for r in t.preempted)
+    assert sum(t.num_prefill_tokens for t in e.trace) < sum(t.num_prefill_tokens for t in base.trace)
+    assert e.host_pool.num_used_blocks == 0 and e.trace[-1].num_swapped_blocks == 0
+
+
+def test_swap_falls_back_to_recompute_when_the_host_pool_is_full(tiny, recomputed):
+    _, expected = recomputed
+    e, got = run_storm(tiny, preemption_mode="swap", num_swap_blocks=5)
+    notes = [t.reasons[r] for t in e.trace for r in t.preempted]
+    swapped = [n for n in notes if "swapped out:" in n]
+    fell_back = [n for n in notes if "recomputes:" in n]
+    assert swapped and fell_back, "the case needs both swaps and fallbacks"
+    assert all("host pool full" in n for n in fell_back)
+    assert max(t.num_swapped_blocks for t in e.trace) <= 5
+    assert got == expected
+
+
+def test_recompute_mode_never_touches_host_memory(recomputed):
+    e, _ = recomputed
+    assert e.host_pool.num_blocks == 0 and e.kv_cache.host_kv.numel() == 0
+    assert not any(t.swapped_out or t.swapped_in or t.swap_bytes for t in e.trace)
+    assert all("recomputes: its" in t.reasons[r] and "host pool" not in t.reasons[r]
+               for t in e.trace for r in t.preempted)
+
+
+def test_swap_with_prefix_caching_and_priority_preemption_stays_exact(tiny, recomputed):
+    """Swapped-in blocks join the prefix cache again; a priority preemption swaps its victim out."""
+    _, expected = recomputed
+    e, got = run_storm(tiny, preemption_mode="swap", enable_prefix_caching=True)
+    assert got == expected and any(t.swapped_in for t in e.trace)
+    e = tiny_engine(tiny, num_blocks=16, block_size=4, max_num_seqs=2, policy="priority", priority_preemption=True,
+                    preemption_mode="swap", num_swap_blocks=64)
+    e.add_request("low", list(range(3, 20)), greedy(12), priority=5)
+    e.add_request("mid", list(range(30, 40)), greedy(12), priority=3)
+    e.step()
+    e.step()
+    e.add_request("urgent", list(range(50, 60)), greedy(12), priority=0)
+    e.step()
+    assert e.trace[-1].swapped_out.keys() == {"low"} and "urgent" in e.trace[-1].admitted
+    outs = run_checked(e)
+    for rid, prompt in (("low", range(3, 20)), ("mid", range(30, 40)), ("urgent", range(50, 60))):
+        assert outs[rid].outputs[0].token_ids == list(alone(tuple(prompt), 12)), rid
+
+
+def test_aborting_a_swapped_out_request_frees_its_host_blocks(tiny):
+    e = tiny_engine(tiny, num_blocks=16, block_size=4, chunked_prefill_size=8, max_num_seqs=8,
+                    preemption_mode="swap", num_swap_blocks=64)
+    for rid, prompt, n in storm_workload():
+        e.add_request(rid, prompt, greedy(n))
+    while not e.host_pool.tables:
+        e.step()
+        e.scheduler.check_invariants()
+    victim = next(iter(e.host_pool.tables))
+    assert e.abort_request(victim)
+    assert victim not in e.host_pool and e.host_pool.num_used_blocks == sum(map(len, e.host_pool.tables.values()))
+    e.scheduler.check_invariants()
+    outs = run_checked(e)
+    assert outs[victim].outputs[0].finish_reason == "abort"
+
+
+def test_invariants_catch_a_host_pool_out_of_step(tiny):
+    e = tiny_engine(tiny, num_blocks=16, block_size=4, chunked_prefill_size=8, max_num_seqs=8,
+                    preemption_mode="swap", num_swap_blocks=64)
+    for rid, prompt, n in storm_workload():
+        e.add_request(rid, prompt, greedy(n))
+    while not e.host_pool.tables:
+        e.step()
+    victim, table = next(iter(e.host_pool.tables.items()))
+    e.host_pool.given_back.append(table[0])  # a block both held and free
+    with pytest.raises(AssertionError, match="host block"):
+        e.scheduler.check_invariants()
+    e.host_pool.given_back.pop()
+    e.host_pool.num_tokens[victim] -= 1  # the host copy no longer matches what the request computed
+    with pytest.raises(AssertionError, match=victim):
+        e.scheduler.check_invariants()
+
+
+def test_the_runner_copies_swap_outs_before_swap_ins(tiny):
+    """A device block a swap-out frees may be refilled by a swap-in in the same step: the old K/V must reach
+    host memory first."""
+    from minfer.scheduler.scheduler import SchedulerOutput
+
+    e = tiny_engine(tiny, num_blocks=8, block_size=4, preemption_mode="swap", num_swap_blocks=4)
+    cache = e.kv_cache
+    cache.kv[:, :, 3] = 7.0
+    cache.host_kv[1] = 5.0
+    out = SchedulerOutput(swap_out={"victim": [(3, 0)]}, swap_in={"back": [(1, 3)]})
+    assert e.executor.execute(out).sampled == {}
+    assert (cache.host_kv[0] == 7.0).all() and (cache.kv[:, :, 3] == 5.0).all()
+
+
+def test_swap_preemption_is_checked():
+    with pytest.raises(ValueError, match="preemption_mode"):
+        EngineConfig(preemption_mode="disk")
+    with pytest.raises(ValueError, match="num_swap_blocks"):
+        EngineConfig(num_swap_blocks=-1)
+    with pytest.raises(ValueError, match="swap_space"):
+        EngineConfig(swap_space="lots")
+
+
+def simulated_swaps(hardware, **config) -> LLMEngine:
+    """A burst into a small simulated pool, every request at time 0 (so the schedule cannot depend on timing)."""
+    rng = random.Random(3)
+    e = LLMEngine(EngineConfig(model="llama-3-8b", executor="sim", hardware=hardware, num_blocks=40, block_size=16,
+                               max_num_seqs=16, preemption_mode="swap", debug_checks=True, **config))
+    for i in range(24):
+        e.add_request(f"r{i}", [rng.randrange(1, 1000) for _ in range(rng.randrange(50, 400))],
+                      SamplingParams(max_tokens=rng.randrange(50, 150)))
+    run_checked(e)
+    return e
+
+
+def test_simulated_swap_time_is_bytes_over_the_host_link():
+    """Halve the link's bandwidth and each step's time grows by exactly the time its bytes take on it: the
+    schedule is the same, only the copies cost more."""
+    from dataclasses import replace
+
+    from minfer.sim.hardware import get_hardware
+
+    h100 = get_hardware("H100")
+    assert h100.host_link_bandwidth == 64e9  # PCIe Gen5 x16, one way
+    fast = simulated_swaps(h100)
+    slow = simulated_swaps(replace(h100, host_link_bandwidth=32e9))
+    assert [t.swapped_out for t in fast.trace] == [t.swapped_out for t in slow.trace]
+    moved = [t.swap_bytes for t in fast.trace]
+    assert sum(1 for b in moved if b) >= 10, "too few swaps to measure"
+    assert fast.kv_block_bytes == 128 * 1024 * 16  # Llama-3-8B: 32 layers x 2 x 8 KV heads x 128 x 2 bytes
+    for f, s, b in zip(fast.trace, slow.trace, moved):
+        assert s.duration - f.duration == pytest.approx(b / 32e9 - b / 64e9, rel=1e-9, abs=1e-12)
+    recompute = LLMEngine(EngineConfig(model="llama-3-8b", executor="sim", hardware="H100", num_blocks=40,
+                                       block_size=16, max_num_seqs=16, preemption_mode="swap", num_swap_blocks=0))
+    assert recompute.host_pool.num_blocks == 0  # swap mode with no host blocks: every victim recomputes
+
+
+def test_a_simulated_gpu_without_a_host_link_refuses_swap():
+    from dataclasses import replace
+
+    from minfer.sim.hardware import get_hardware
+
+    unknown = replace(get_hardware("H100"), host_link_bandwidth=None)
+    with pytest.raises(ValueError, match="host_link_bandwidth"):
+        LLMEngine(EngineConfig(model="llama-3-8b", executor="sim", hardware=unknown, preemption_mode="swap"))
+    LLMEngine(EngineConfig(model="llama-3-8b", executor="sim", hardware=unknown))  # recompute needs no link
