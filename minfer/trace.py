@@ -2,9 +2,9 @@
 
 It says who ran and how (prefill or decode tokens per request), who holds how many KV blocks, how long
 the queues were, who was admitted, preempted or finished -- and why, in a phrase the scheduler wrote when it
-decided ("preempted: pool full: r2 needed a block; r7 is the most recently admitted running request;
-swapped out: 4 blocks (57 tokens) copied to host memory") -- which KV blocks moved to or from host memory
-(swap preemption), and how long the step took. Widgets only
+decided ("pool full: r2 needed a block; r7 is the most recently admitted running request; swapped out: 4 blocks
+(57 tokens) copied to host memory"; the dashboard's narration, ``viz.narration``, turns these into a sentence per
+step) -- which KV blocks moved to or from host memory (swap preemption), and how long the step took. Widgets only
 render these records; tests assert on them; a trace saved as JSON lines replays anywhere.
 """
 
@@ -65,10 +65,6 @@ class StepTrace:
     @property
     def end_time(self) -> float:
         return self.start_time + self.duration
-
-    def narrate(self) -> list[str]:
-        """What the scheduler decided in this step, one line per request it admitted, preempted or ended."""
-        return [f"{rid}: {why}" for rid, why in self.reasons.items()]
 
     def describe(self) -> str:
         """One line, as the chapters print it: ``Step 3: [A: token 41] [C: prefill 0-512]``."""

@@ -77,13 +77,13 @@ def test_a_resumed_request_holds_its_whole_recompute_at_once(tiny):
     """Re-admitted, a victim takes blocks for every token it had plus its next one, in the same step, though it
     recomputes them in chunks; its own chunks then never need a block, so they cannot preempt it."""
     e, _ = run_hog(tiny)
-    resumed = [(t, rid) for t in e.trace for rid in t.admitted if "resumed" in t.reasons[rid]]
+    resumed = [(t, rid) for t in e.trace for rid in t.admitted if "resumes after preemption" in t.reasons[rid]]
     assert resumed, "no victim came back: the case is untested"
     with_output = 0
     for t, rid in resumed:
         req = next(r for r in e.finished if r.request_id == rid)
         assert t.prefill_tokens[rid] == CHUNK < t.blocks[rid] * BLOCK  # one chunk computed, many blocks held
-        assert "resumed (recomputes its tokens)" in t.reasons[rid]
+        assert t.reasons[rid].startswith("resumes after preemption, recomputing")
         recompute = []  # the steps of this recompute: its chunks, until its first decode
         for s in e.trace[t.step + 1:]:
             if rid not in s.prefill_tokens:
@@ -157,7 +157,7 @@ def test_swap_gives_the_tokens_recompute_gives_under_a_preemption_storm(tiny, re
             assert n == out_blocks[rid], f"{rid} swapped in {n} blocks, swapped out {out_blocks[rid]}"
             out_blocks[rid] = 0
             assert t.positions[rid] > 0, "a swapped-in request resumes where it stopped, not at token 0"
-            assert "resumed (swaps in" in t.reasons[rid]
+            assert t.reasons[rid].startswith("resumes after preemption, swapping in")
         assert t.swap_bytes == e.kv_block_bytes * (sum(t.swapped_out.values()) + sum(t.swapped_in.values()))
     assert all("swapped out:" in t.reasons[r] for t in e.trace for r in t.preempted)
     assert sum(t.num_prefill_tokens for t in e.trace) < sum(t.num_prefill_tokens for t in base.trace)

@@ -27,7 +27,8 @@ reason -- those stops, a stop string the engine found in the text, an abort, a r
 -- and ``finish()`` frees its blocks at once, so the very next step can use them.
 
 The scheduler also keeps a short log for the step record: why each request was admitted, preempted or
-finished (``notes``), and who joined the queue (``joined``). The engine takes both into every ``StepTrace``.
+finished, one phrase each (``notes``), and who joined the queue (``joined``). The engine takes both into
+every ``StepTrace``.
 """
 
 from __future__ import annotations
@@ -230,7 +231,7 @@ class Scheduler:
         while self.pool.try_append_slots(req.request_id, n) is None:
             victim = self.running[-1]
             rule = self.policy.victim_rule
-            why = (f"pool full: it needed a block and is {rule}" if victim is req
+            why = (f"pool full: it needed a block, and it is itself {rule}" if victim is req
                    else f"pool full: {req.request_id} needed a block; {victim.request_id} is {rule}")
             self._preempt(victim, out, why)
             if victim is req:
@@ -261,12 +262,12 @@ class Scheduler:
     def _admission_note(self, req: Request, n: int, need: int, out: SchedulerOutput) -> str:
         copies = out.swap_in.get(req.request_id)
         if copies:
-            what = f"resumed (swaps in {len(copies)} blocks: {req.num_computed_tokens} tokens)"
+            resume = f"resumes after preemption, swapping in {len(copies)} blocks ({req.num_computed_tokens} tokens): "
         else:
-            what = "resumed (recomputes its tokens)" if req.metrics.num_preemptions else "admitted"
+            resume = "resumes after preemption, recomputing: " if req.metrics.num_preemptions else ""
         cached = (f", {req.num_computed_tokens} tokens from the prefix cache"
                   if req.num_computed_tokens and not copies else "")
-        return f"{what}: {n} tokens this step, {need} of {self.pool.num_free_blocks + need} free blocks{cached}"
+        return f"{resume}{n} tokens this step, {need} of {self.pool.num_free_blocks + need} free blocks{cached}"
 
     def _resume_point(self, req: Request) -> tuple[list[int], int]:
         """Admitting ``req`` now: the cached prefix blocks it can share, and how many tokens are left to compute.
@@ -347,7 +348,7 @@ class Scheduler:
         req.metrics.num_preemptions += 1
         self.policy.push_front(req)
         out.preempted.append(req)
-        self.notes[rid] = f"preempted: {why}; {how}"
+        self.notes[rid] = f"{why}; {how}"
 
     def _preempt_for_priority(self, out: SchedulerOutput) -> None:
         """policy="priority" with priority_preemption: a waiting request that outranks the lowest running
@@ -493,14 +494,14 @@ class Scheduler:
 
 
 def finish_note(req: Request) -> str:
-    """One phrase for the step's narration: how ``req`` ended."""
+    """One phrase for the step's narration: why ``req`` ended."""
     reason, why = req.finish_reason, req.stop_reason
     if reason == "stop" and isinstance(why, int):
-        return f"finished: {'EOS token' if why in req.eos_token_ids else 'stop token'} {why}"
+        return f"{'EOS token' if why in req.eos_token_ids else 'stop token'} {why}"
     if reason == "stop":
-        return f"finished: stop string {why!r}"
+        return f"stop string {why!r}"
     if reason == "length":
-        return f"finished: {why or f'max_tokens={req.params.max_tokens}'} reached"
+        return f"{why or f'max_tokens={req.params.max_tokens}'} reached"
     if reason == "abort":
         return "aborted"
-    return f"{reason}: {why}" if why else str(reason)
+    return str(why) if why else str(reason)  # rejected, timeout: the scheduler's why; error: the message
