@@ -17,6 +17,8 @@ from minfer.types import (
     DType,
     ExecutorName,
     PolicyName,
+    PreemptionMode,
+    ResumeRule,
     TimeoutAction,
     allowed,
 )
@@ -28,9 +30,11 @@ EXECUTORS = allowed(ExecutorName)
 BACKENDS = allowed(BackendName)
 DTYPES = allowed(DType)
 TIMEOUT_ACTIONS = allowed(TimeoutAction)
+PREEMPTION_MODES = allowed(PreemptionMode)
+RESUME_RULES = allowed(ResumeRule)
 
-__all__ = ["ADMISSIONS", "BACKENDS", "DTYPES", "EXECUTORS", "POLICIES", "TIMEOUT_ACTIONS", "EngineConfig",
-           "parse_bytes"]
+__all__ = ["ADMISSIONS", "BACKENDS", "DTYPES", "EXECUTORS", "POLICIES", "PREEMPTION_MODES", "RESUME_RULES",
+           "TIMEOUT_ACTIONS", "EngineConfig", "parse_bytes"]
 
 
 @dataclass(slots=True)
@@ -60,6 +64,12 @@ class EngineConfig:
     max_prefill_chunks_per_step: int = 1  # prompts (chunks) one step may work on
     admission: AdmissionMode = "optimistic"  # "reserve": hold blocks for prompt + max_tokens from admission
 
+    # preemption: what a victim's KV becomes, and when it may come back
+    preemption_mode: PreemptionMode = "recompute"  # "swap": copy its KV blocks to host memory and back
+    swap_space: int | str = "4GiB"  # host memory for swapped-out KV blocks (vLLM v0's swap_space, 4 GiB too)
+    num_swap_blocks: int | None = None  # None: as many blocks as swap_space holds (0: swap always falls back)
+    resume_rule: ResumeRule = "whole"  # "first_chunk": re-admit a victim for its first chunk (can thrash)
+
     # who goes first, who is refused
     policy: PolicyName = "fcfs"
     priority_preemption: bool = False  # policy="priority": a higher-priority arrival may preempt
@@ -84,6 +94,8 @@ class EngineConfig:
         check.one_of("attention_backend", self.attention_backend, BACKENDS)
         check.one_of("dtype", self.dtype, DTYPES)
         check.one_of("queue_timeout_action", self.queue_timeout_action, TIMEOUT_ACTIONS)
+        check.one_of("preemption_mode", self.preemption_mode, PREEMPTION_MODES)
+        check.one_of("resume_rule", self.resume_rule, RESUME_RULES)
         for name in ("cuda_graphs", "enable_chunked_prefill", "priority_preemption", "enable_prefix_caching",
                      "record_trace", "debug_checks"):
             check.boolean(name, getattr(self, name))
@@ -101,9 +113,7 @@ class EngineConfig:
         for name in ("num_blocks", "max_model_len", "max_num_batched_tokens"):
             if getattr(self, name) is not None:
                 check.integer(name, getattr(self, name), 1)
-        if self.max_waiting is not None:
-            check.integer("max_waiting", self.max_waiting, 0)
-        for name in ("finished_window", "trace_window"):
+        for name in ("max_waiting", "num_swap_blocks", "finished_window", "trace_window"):
             if getattr(self, name) is not None:
                 check.integer(name, getattr(self, name), 0)
         for name in ("max_queue_time", "ttft_slo"):
@@ -113,6 +123,8 @@ class EngineConfig:
         check.real("gpu_memory_utilization", self.gpu_memory_utilization, 0.0, 1.0, low_open=True)
         if parse_bytes(self.kv_cache_memory) <= 0:
             raise ValueError(f"kv_cache_memory must be positive, got {self.kv_cache_memory!r}")
+        if parse_bytes(self.swap_space, "swap_space") < 0:
+            raise ValueError(f"swap_space must not be negative, got {self.swap_space!r}")
         if not isinstance(self.tenant_weights, dict) or any(
                 not isinstance(t, str) or isinstance(w, bool) or not isinstance(w, (int, float)) or not w > 0
                 for t, w in self.tenant_weights.items()):

@@ -33,6 +33,7 @@ from minfer.config import EngineConfig
 from minfer.detokenizer import Detokenizer
 from minfer.executor import ExecutorSetup, ModelOutput
 from minfer.kv.block_pool import BlockPool
+from minfer.kv.host_pool import HostBlockPool
 from minfer.request import (
     CompletionOutput,
     Request,
@@ -98,7 +99,9 @@ class LLMEngine:
             setup.max_model_len, setup.vocab_size, setup.eos_token_ids)
         self.detokenizer = Detokenizer(setup.tokenizer) if setup.tokenizer is not None else None
         self.block_pool = BlockPool(setup.num_blocks, config.block_size)
-        self.scheduler = Scheduler(config, self.block_pool, self.max_model_len)
+        self.host_pool = HostBlockPool(setup.num_swap_blocks, config.block_size)  # swapped-out K/V (swap mode)
+        self.kv_block_bytes = setup.kv_block_bytes
+        self.scheduler = Scheduler(config, self.block_pool, self.max_model_len, self.host_pool)
 
     # ---- requests --------------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt: Prompt, params: SamplingParams | None = None,
@@ -188,8 +191,8 @@ class LLMEngine:
         t0 = time.perf_counter()
         out = sched.schedule(start)
         t1 = time.perf_counter()
-        # a step with nothing to compute (only refusals or timeouts) takes no time
-        result, failed = self._execute(out) if out.chunks else (ModelOutput(duration=0.0), {})
+        # a step with nothing to compute or copy (only refusals or timeouts) takes no time
+        result, failed = self._execute(out) if out.has_work else (ModelOutput(duration=0.0), {})
         t2 = time.perf_counter()
         # tokens exist once the forward pass is done: on the modelled clock, or the measured one
         done = start + (result.duration if result.duration is not None else t2 - t0)
@@ -218,6 +221,8 @@ class LLMEngine:
         try:
             return self.executor.execute(out), {}
         except Exception as first:
+            if not out.chunks:  # only block copies failed: no request to blame, the engine's state is unsure
+                raise
             if len(out.chunks) == 1:  # nothing to halve: it is this request's step
                 req = out.chunks.pop().request
                 return ModelOutput(), {req: self._failure(req, first)}
@@ -237,6 +242,7 @@ class LLMEngine:
             merged.sampled.update(r.sampled)
             durations.append(r.duration)
 
+        # the halves carry no KV block copies: the first attempt made them before its forward pass failed
         run(out.chunks[: len(out.chunks) // 2])
         run(out.chunks[len(out.chunks) // 2 :])
         out.chunks = [c for c in out.chunks if c.request not in failed]
@@ -313,6 +319,10 @@ class LLMEngine:
             scheduler_time=sched_time, reasons=notes,
             tenants={r.request_id: r.tenant for r in joined if r.tenant is not None},
             priorities={r.request_id: r.priority for r in joined if r.priority != 0},
+            swapped_out={rid: len(c) for rid, c in out.swap_out.items()},
+            swapped_in={rid: len(c) for rid, c in out.swap_in.items()},
+            swap_bytes=self.kv_block_bytes * sum(map(len, [*out.swap_out.values(), *out.swap_in.values()])),
+            num_swapped_blocks=self.host_pool.num_used_blocks,
         )
 
     # ---- conveniences ----------------------------------------------------------------------------

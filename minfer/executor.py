@@ -7,10 +7,11 @@ The engine has two executors and cannot tell them apart:
 * ``SimExecutor`` (``sim/executor.py``) runs no model: a placeholder token, and a step time from the
   roofline cost model of a chosen GPU.
 
-Both take a ``SchedulerOutput`` -- the whole plan of the step, block tables included -- and return a
-``ModelOutput``. Neither reads the scheduler or the block pool: what they need travels in the plan. And
-both are built by a function that returns an ``ExecutorSetup``: the executor plus the facts the engine
-needs before its first step (how many KV blocks fit, the longest sequence, the tokenizer if any).
+Both take a ``SchedulerOutput`` -- the whole plan of the step, block tables and KV block copies (swap
+preemption) included -- and return a ``ModelOutput``. Neither reads the scheduler or the block pool: what
+they need travels in the plan. And both are built by a function that returns an ``ExecutorSetup``: the executor
+plus the facts the engine needs before its first step (how many KV blocks fit, the longest sequence, the
+tokenizer if any).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from minfer.config import EngineConfig
 from minfer.scheduler.scheduler import SchedulerOutput
+from minfer.units import parse_bytes
 
 if TYPE_CHECKING:  # annotations only: the contract does not depend on a model or a tokenizer
     from minfer.kv.cache import PagedKVCache
@@ -35,7 +38,8 @@ class ModelOutput:
 
 class Executor(Protocol):
     def execute(self, out: SchedulerOutput) -> ModelOutput:
-        """Compute the step's chunks; sample a token for every chunk that reaches its request's last token."""
+        """Make the step's KV block copies (swap-outs, then swap-ins), then compute its chunks; sample a token
+        for every chunk that reaches its request's last token."""
         ...
 
 
@@ -51,3 +55,15 @@ class ExecutorSetup:
     eos_token_ids: tuple[int, ...] = ()
     model: Any = None  # the loaded model, if any (notebooks reuse its weights)
     kv_cache: PagedKVCache | None = None  # the real KV cache, if any
+    kv_block_bytes: int = 0  # bytes of K/V one block holds (all layers): what a swapped block moves
+    num_swap_blocks: int = 0  # host blocks for swapped-out K/V (preemption_mode="swap"; else 0)
+
+
+def num_swap_blocks(config: EngineConfig, kv_block_bytes: int) -> int:
+    """Host blocks swap preemption may fill: ``num_swap_blocks``, else what ``swap_space`` holds (0 unless
+    ``preemption_mode="swap"``: recompute needs no host memory)."""
+    if config.preemption_mode != "swap":
+        return 0
+    if config.num_swap_blocks is not None:
+        return config.num_swap_blocks
+    return parse_bytes(config.swap_space, "swap_space") // kv_block_bytes

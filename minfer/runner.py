@@ -9,7 +9,8 @@ It flattens the step's chunks into the tensors the model and the paged KV cache 
 Decodes go first (the attention reference batches them, longest first), then prefill chunks. The model
 runs once; logits are computed only for the last token of chunks that reach the end of their request -- a
 mid-prompt chunk samples nothing. Everything comes from the ``SchedulerOutput``: each chunk carries its
-request's block table, so the runner never asks the block pool.
+request's block table, so the runner never asks the block pool. Before the forward pass it makes the step's KV
+block copies (swap preemption): swap-outs first, since a device block one frees may be refilled in this step.
 
 ``build_model_executor`` loads the model, sizes the KV cache and returns the runner in an
 ``ExecutorSetup`` (the simulator's counterpart is ``sim/executor.py``).
@@ -25,7 +26,7 @@ import torch
 from torch import Tensor
 
 from minfer.config import EngineConfig
-from minfer.executor import ExecutorSetup, ModelOutput
+from minfer.executor import ExecutorSetup, ModelOutput, num_swap_blocks
 from minfer.kv.cache import PagedKVCache
 from minfer.model.llama import LlamaModel
 from minfer.ops.attention import AttentionMetadata
@@ -82,6 +83,12 @@ class ModelRunner:
         return self._execute(out)
 
     def _execute(self, out: SchedulerOutput) -> ModelOutput:
+        for copies in out.swap_out.values():  # swap-outs before swap-ins: a freed block may be reused at once
+            self.kv_cache.swap_out(copies)
+        for copies in out.swap_in.values():
+            self.kv_cache.swap_in(copies)
+        if not out.chunks:
+            return ModelOutput()
         # decodes first, longest context first: the reference attention batches them
         chunks = sorted(out.chunks, key=lambda c: (not c.is_decode, -c.start))
         input_ids, positions, meta = self.prepare(chunks)
@@ -109,7 +116,7 @@ def build_model_executor(config: EngineConfig, model: Any = None, tokenizer: Any
     The attention backend is loaded *before* any weights: on the CPU, Triton's interpreter must be switched
     on before ``transformers`` imports ``triton``."""
     from minfer.cpu_malloc import keep_freed_memory
-    from minfer.kv.cache import num_blocks_for_gpu, num_blocks_for_memory
+    from minfer.kv.cache import bytes_per_block, num_blocks_for_gpu, num_blocks_for_memory
     from minfer.model.loader import load_model
     from minfer.ops.backends import load_backend, resolve_backend
 
@@ -142,7 +149,9 @@ def build_model_executor(config: EngineConfig, model: Any = None, tokenizer: Any
             num_blocks = num_blocks_for_memory(mcfg, cfg.block_size, dtype, parse_bytes(cfg.kv_cache_memory))
     if num_blocks < 1:
         raise ValueError("no memory left for KV cache blocks: lower the model size or raise the memory budget")
-    kv_cache = PagedKVCache(mcfg, num_blocks, cfg.block_size, dtype, cfg.device, ops)
+    block_bytes = bytes_per_block(mcfg, cfg.block_size, dtype)
+    swap_blocks = num_swap_blocks(cfg, block_bytes)
+    kv_cache = PagedKVCache(mcfg, num_blocks, cfg.block_size, dtype, cfg.device, ops, num_host_blocks=swap_blocks)
     runner = ModelRunner(model, kv_cache, seed=cfg.seed)
     if cfg.device.startswith("cuda") and cfg.cuda_graphs:
         from minfer.cuda_graphs import enable_cuda_graphs
@@ -152,5 +161,5 @@ def build_model_executor(config: EngineConfig, model: Any = None, tokenizer: Any
     return ExecutorSetup(
         executor=runner, num_blocks=num_blocks, max_model_len=max_model_len, tokenizer=tokenizer,
         vocab_size=mcfg.vocab_size, eos_token_ids=tuple(sorted({tokenizer.eos_token_id, *mcfg.eos_token_ids})),
-        model=model, kv_cache=kv_cache,
+        model=model, kv_cache=kv_cache, kv_block_bytes=block_bytes, num_swap_blocks=swap_blocks,
     )

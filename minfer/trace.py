@@ -2,8 +2,9 @@
 
 It says who ran and how (prefill or decode tokens per request), who holds how many KV blocks, how long
 the queues were, who was admitted, preempted or finished -- and why, in a phrase the scheduler wrote when it
-decided ("pool full: r2 needed a block; r7 is the most recently admitted running request"; the dashboard's
-narration, ``viz.narration``, turns these into a sentence per step) -- and how long the step took. Widgets only
+decided ("pool full: r2 needed a block; r7 is the most recently admitted running request; swapped out: 4 blocks
+(57 tokens) copied to host memory"; the dashboard's narration, ``viz.narration``, turns these into a sentence per
+step) -- which KV blocks moved to or from host memory (swap preemption), and how long the step took. Widgets only
 render these records; tests assert on them; a trace saved as JSON lines replays anywhere.
 """
 
@@ -39,6 +40,10 @@ class StepTrace:
     reasons: dict[str, str] = field(default_factory=dict)  # request id → why it was admitted, preempted, ended
     tenants: dict[str, str] = field(default_factory=dict)  # requests that joined the queue: their tenant, if set
     priorities: dict[str, int] = field(default_factory=dict)  # ... and their priority, if not 0
+    swapped_out: dict[str, int] = field(default_factory=dict)  # request id → KV blocks copied to host memory
+    swapped_in: dict[str, int] = field(default_factory=dict)  # request id → KV blocks copied back from host memory
+    swap_bytes: int = 0  # bytes those copies moved over the host link, both directions together
+    num_swapped_blocks: int = 0  # host blocks holding swapped-out K/V after the step
 
     @property
     def num_prefill_tokens(self) -> int:
@@ -66,7 +71,8 @@ class StepTrace:
         pos = self.positions
         parts = [f"[{r}: token {pos[r]}]" for r in self.decode_tokens]
         parts += [f"[{r}: prefill {pos[r]}-{pos[r] + n}]" for r, n in self.prefill_tokens.items()]
-        extra = "".join(f" preempt:{r}" for r in self.preempted) + "".join(f" done:{r}" for r in self.finished)
+        extra = ("".join(f" preempt:{r}" for r in self.preempted) + "".join(f" swap-out:{r}" for r in self.swapped_out)
+                 + "".join(f" swap-in:{r}" for r in self.swapped_in) + "".join(f" done:{r}" for r in self.finished))
         return f"Step {self.step}: " + (" ".join(parts) or "(idle)") + extra
 
 

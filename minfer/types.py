@@ -1,4 +1,4 @@
-"""The words the layers share: finish reasons, policy and admission names, backends, devices.
+"""The words the layers share: finish reasons, policy and admission names, backends, devices, preemption.
 
 Each is a ``Literal`` type, so a type checker catches a misspelt ``"fcfs"`` or ``"lenght"`` where it is
 written, and ``allowed(T)`` gives the same names to the checks that refuse a bad value at run time --
@@ -23,6 +23,13 @@ BackendName = Literal["auto", "torch", "triton", "cpp"]
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 TimeoutAction = Literal["finish", "promote"]
 DeviceType = Literal["cpu", "cuda"]
+PreemptionMode = Literal["recompute", "swap"]
+"""What preemption does with a victim's KV blocks. ``recompute``: drop them, and compute the tokens again on
+return; ``swap``: copy them to host memory and back on return (recompute when the host pool is full)."""
+ResumeRule = Literal["whole", "first_chunk"]
+"""When a preempted request may come back. ``whole``: once its whole recompute (or swap-in) plus its next
+token fits, and those blocks are taken at once; ``first_chunk``: as soon as its first chunk fits, like a new
+request -- which can thrash (preempted again a step later, recomputing for nothing)."""
 
 
 def allowed(literal: Any) -> tuple[str, ...]:

@@ -15,15 +15,15 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def parse_bytes(value: int | float | str) -> int:
-    """``"512MiB"``, ``"2 GB"``, ``1e9`` → bytes."""
+def parse_bytes(value: int | float | str, name: str = "kv_cache_memory") -> int:
+    """``"512MiB"``, ``"2 GB"``, ``1e9`` → bytes (``name``: the field an error message names)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return int(value)
     if not isinstance(value, str):
-        raise ValueError(f"kv_cache_memory must be a number of bytes or a size such as '512MiB', got {value!r}")
+        raise ValueError(f"{name} must be a number of bytes or a size such as '512MiB', got {value!r}")
     m = re.fullmatch(r"\s*([\d.]+)\s*([KMGT]?)(i?)B?\s*", value, re.IGNORECASE)
     if not m:
-        raise ValueError(f"kv_cache_memory: cannot read {value!r} as a size (examples: '512MiB', '2GB')")
+        raise ValueError(f"{name}: cannot read {value!r} as a size (examples: '512MiB', '2GB')")
     num, unit, binary = float(m[1]), m[2].upper(), m[3]
     base = 1024 if binary or not unit else 1000
     return int(num * base ** " KMGT".index(unit or " "))

@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, list[str]]] = [  # bottom-up; a module may import its ow
     ("foundation", ["minfer.types", "minfer.fields", "minfer.units", "minfer.paths", "minfer.jsonl"]),
     ("values", ["minfer.config", "minfer.request", "minfer.trace", "minfer.cpu_malloc", "minfer.workload",
                 "minfer.metrics"]),
-    ("primitives", ["minfer.kv", "minfer.kv.block_pool", "minfer.ops", "minfer.ops.attention",
+    ("primitives", ["minfer.kv", "minfer.kv.block_pool", "minfer.kv.host_pool", "minfer.ops", "minfer.ops.attention",
                     "minfer.sampler"]),
     ("kernels and model", ["minfer.ops.*", "minfer.model", "minfer.model.*", "minfer.kv.*"]),
     ("scheduling", ["minfer.scheduler", "minfer.scheduler.*", "minfer.detokenizer"]),

@@ -3,9 +3,16 @@
 All layers' keys and values live in one tensor ``[num_layers, 2, num_blocks, block_size, Hkv, D]``.
 A block is the unit the BlockPool hands out: ``block_size`` consecutive token slots in *every* layer,
 so one block id addresses the same slots in all 2 × num_layers planes.
+
+With swap preemption the cache also has a *host* tensor, ``[num_host_blocks, num_layers, 2, block_size, Hkv,
+D]``: one host block is one contiguous piece of memory (a single transfer), pinned on CUDA so the copy engine
+reads and writes it directly at the link's full speed. ``swap_out`` and ``swap_in`` copy whole blocks between
+the two, as the scheduler's plan lists them (the ``HostBlockPool`` keeps the bookkeeping).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import torch
 from torch import Tensor
@@ -37,11 +44,25 @@ class PagedKVCache:
     """The cache tensor and the attention backend that reads and writes it."""
 
     def __init__(self, cfg: ModelConfig, num_blocks: int, block_size: int, dtype: torch.dtype,
-                 device: torch.device | str, ops: AttentionOps) -> None:
+                 device: torch.device | str, ops: AttentionOps, num_host_blocks: int = 0) -> None:
         self.num_blocks, self.block_size = num_blocks, block_size
         self.kv = torch.zeros(cfg.num_layers, 2, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim,
                               dtype=dtype, device=device)
+        # host memory for swapped-out blocks: empty (untouched pages cost nothing until a swap writes them)
+        self.host_kv = torch.empty(num_host_blocks, cfg.num_layers, 2, block_size, cfg.num_kv_heads, cfg.head_dim,
+                                   dtype=dtype, pin_memory=self.kv.is_cuda and num_host_blocks > 0)
         self.ops = ops
+
+    def swap_out(self, copies: Iterable[tuple[int, int]]) -> None:
+        """Copy device blocks to host blocks: ``(device block, host block)`` pairs."""
+        for device_block, host_block in copies:
+            self.host_kv[host_block].copy_(self.kv[:, :, device_block], non_blocking=True)
+
+    def swap_in(self, copies: Iterable[tuple[int, int]]) -> None:
+        """Copy host blocks back to device blocks: ``(host block, device block)`` pairs. Copies on one CUDA stream
+        run in order, so a swap-in always reads what an earlier swap-out wrote."""
+        for host_block, device_block in copies:
+            self.kv[:, :, device_block].copy_(self.host_kv[host_block], non_blocking=True)
 
     @property
     def backend(self) -> AttentionBackend:

@@ -5,9 +5,15 @@ One ``schedule()`` decides what the next step computes:
 1. **Running requests first**, in policy rank. Each needs ``num_tokens - num_computed_tokens`` tokens:
    one for a decode, the rest of its prompt (in chunks) for a prefill. A request whose next tokens need a
    block the pool cannot give **preempts** the lowest-ranked running request (the last in the list):
-   its blocks are freed, it goes back to the front of the queue, and it will recompute later.
+   its blocks are freed and it goes back to the front of the queue. Its K/V are either dropped, to be
+   recomputed when it returns, or -- with ``preemption_mode="swap"``, while the host pool has room -- copied
+   to host memory first and copied back when it returns (the plan lists the copies; the executor makes them).
 2. **Then waiting requests**, in queue order, while the step's budgets and the pool allow -- but not in a
-   step that had to preempt (memory is short; admitting more would only preempt again).
+   step that had to preempt (memory is short; admitting more would only preempt again). A preempted request
+   comes back only when its *whole* recompute or swap-in, plus its next token, fits (``resume_rule="whole"``),
+   and it takes those blocks at once: were it let in for just a first chunk, the next step's growth would
+   preempt it again, over and over, recomputing the same tokens each time (``resume_rule="first_chunk"``
+   keeps that old rule, to show the thrash).
 
 Around these two passes sits the gatekeeping, all off by default: first, waiting requests that waited too
 long or can no longer meet their TTFT target are timed out or shed (``shedding.py``), and with
@@ -34,6 +40,7 @@ from dataclasses import dataclass, field
 
 from minfer.config import EngineConfig
 from minfer.kv.block_pool import BlockPool, chain_hashes
+from minfer.kv.host_pool import HostBlockPool
 from minfer.request import Request, RequestStatus
 from minfer.scheduler.policies import make_policy
 from minfer.scheduler.shedding import DrainRate, expired_requests
@@ -67,6 +74,10 @@ class SchedulerOutput:
     preempted: list[Request] = field(default_factory=list)  # lost their blocks this step
     finished: list[Request] = field(default_factory=list)  # ended by the scheduler: rejected, timeout
     num_cached_tokens: int = 0  # prompt tokens that admission found in the prefix cache
+    # KV block copies between device and host memory (preemption_mode="swap"), per request id. The executor makes
+    # them before the forward pass, swap-outs first: a device block a swap-out frees may be refilled this step.
+    swap_out: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # (device block, host block) pairs
+    swap_in: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # (host block, device block) pairs
 
     @property
     def num_prefill_tokens(self) -> int:
@@ -75,6 +86,11 @@ class SchedulerOutput:
     @property
     def num_decode_tokens(self) -> int:
         return sum(1 for c in self.chunks if c.is_decode)
+
+    @property
+    def has_work(self) -> bool:
+        """Anything for an executor to do: tokens to compute, or KV blocks to copy."""
+        return bool(self.chunks or self.swap_out or self.swap_in)
 
 
 @dataclass(slots=True)
@@ -107,9 +123,12 @@ def step_budgets(config: EngineConfig, max_model_len: int) -> tuple[int, int]:
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, pool: BlockPool, max_model_len: int) -> None:
+    def __init__(self, config: EngineConfig, pool: BlockPool, max_model_len: int,
+                 host_pool: HostBlockPool | None = None) -> None:
         self.config, self.pool, self.max_model_len = config, pool, max_model_len
         self.block_size = pool.block_size
+        # where swapped-out KV waits (preemption_mode="swap"); without one, every preemption recomputes
+        self.host_pool = host_pool if host_pool is not None else HostBlockPool(0, pool.block_size)
         self.policy = make_policy(config)
         self.running: list[Request] = []  # kept sorted by policy rank
         self._rank_keys: list = []  # rank of each running request, parallel to self.running
@@ -224,8 +243,7 @@ class Scheduler:
         cfg = self.config
         while (budget.tokens > 0 and budget.chunks > 0 and budget.prompt > 0
                and len(self.running) < cfg.max_num_seqs and (req := self.policy.peek()) is not None):
-            hits = self._prefix_hits(req)
-            n = req.num_tokens - len(hits) * self.block_size  # the whole prompt (after preemption: + output)
+            hits, n = self._resume_point(req)  # after preemption, n counts its output tokens too
             if cfg.enable_chunked_prefill:
                 n = budget.prefill_chunk(n)
             elif n > min(budget.prompt, budget.tokens) and out.chunks:  # unchunked: whole, alone if it must
@@ -235,16 +253,29 @@ class Scheduler:
                 break  # head-of-line: wait for memory rather than let smaller requests overtake
             self.policy.pop()
             self._admit(req, hits, total_blocks, now, out)
-            self.notes[req.request_id] = self._admission_note(req, n, need)
+            self.notes[req.request_id] = self._admission_note(req, n, need, out)
             self.pool.append_slots(req.request_id, n)  # within the blocks _admit just allocated
             out.chunks.append(ScheduledChunk(req, req.num_computed_tokens, n, False, self.pool.table(req.request_id)))
             self.policy.on_scheduled(req, n)
             budget.spend(n, decode=False)
 
-    def _admission_note(self, req: Request, n: int, need: int) -> str:
-        resume = "resumes after preemption, recomputing: " if req.metrics.num_preemptions else ""
-        cached = f", {req.num_computed_tokens} tokens from the prefix cache" if req.num_computed_tokens else ""
+    def _admission_note(self, req: Request, n: int, need: int, out: SchedulerOutput) -> str:
+        copies = out.swap_in.get(req.request_id)
+        if copies:
+            resume = f"resumes after preemption, swapping in {len(copies)} blocks ({req.num_computed_tokens} tokens): "
+        else:
+            resume = "resumes after preemption, recomputing: " if req.metrics.num_preemptions else ""
+        cached = (f", {req.num_computed_tokens} tokens from the prefix cache"
+                  if req.num_computed_tokens and not copies else "")
         return f"{resume}{n} tokens this step, {need} of {self.pool.num_free_blocks + need} free blocks{cached}"
+
+    def _resume_point(self, req: Request) -> tuple[list[int], int]:
+        """Admitting ``req`` now: the cached prefix blocks it can share, and how many tokens are left to compute.
+        A swapped-out request's K/V come back from host memory (no prefix lookup): only its rest is computed."""
+        if req.request_id in self.host_pool:
+            return [], req.num_tokens - req.num_computed_tokens
+        hits = self._prefix_hits(req)
+        return hits, req.num_tokens - len(hits) * self.block_size
 
     def _prefix_hits(self, req: Request) -> list[int]:
         """Cached blocks of the request's longest cached prefix, leaving at least one token to compute
@@ -255,9 +286,15 @@ class Scheduler:
         return self.pool.lookup(req.block_hashes[: (req.num_tokens - 1) // self.block_size])
 
     def _admission_blocks(self, req: Request, hits: list[int], n: int) -> tuple[int, int]:
-        """Admitting ``req`` to compute its first ``n`` tokens after the cached prefix ``hits``: the blocks its
-        table will hold, and how many of them leave the free list (new blocks, and cached ones nobody holds)."""
-        total = self.pool.blocks_for(len(hits) * self.block_size + n)
+        """Admitting ``req`` to compute its first ``n`` tokens after the cached prefix ``hits`` (or after the
+        tokens it swaps in): the blocks its table will hold, and how many of them leave the free list (new
+        blocks, and cached ones nobody holds)."""
+        ready = len(hits) * self.block_size + req.num_computed_tokens  # cached, or swapped out (never both)
+        total = self.pool.blocks_for(ready + n)
+        if req.metrics.num_preemptions and self.config.resume_rule == "whole":
+            # a victim returns only when all it had, and its next token, fit -- taken now, so that its own
+            # recompute cannot run the pool dry halfway (which would preempt it again and waste the work)
+            total = max(total, self.pool.blocks_for(min(req.num_tokens + 1, req.max_kv_slots(self.max_model_len))))
         if self.config.admission == "reserve":  # room for every token it may ever hold
             total = max(total, self.pool.blocks_for(req.max_kv_slots(self.max_model_len)))
         fresh_hits = sum(1 for b in hits if self.pool.ref_counts[b] == 0)
@@ -266,6 +303,10 @@ class Scheduler:
     def _admit(self, req: Request, hits: list[int], total_blocks: int, now: float,
                out: SchedulerOutput) -> None:
         rid = req.request_id
+        if rid in self.host_pool:  # its K/V come back from host memory, copied before this step's forward pass
+            self.pool.allocate(rid, total_blocks)
+            self.pool.append_slots(rid, req.num_computed_tokens)  # within the blocks just allocated
+            out.swap_in[rid] = list(zip(self.host_pool.free(rid), self.pool.table(rid)))
         if hits:
             self.pool.share(rid, hits)
             req.num_computed_tokens = len(hits) * self.block_size
@@ -273,7 +314,7 @@ class Scheduler:
             if req.metrics.first_scheduled_time is None:
                 req.metrics.num_cached_tokens = req.num_computed_tokens
         # every block it needs now (with admission="reserve": every block it may ever need)
-        self.pool.allocate(rid, total_blocks - len(hits))
+        self.pool.allocate(rid, total_blocks - len(self.pool.tables.get(rid, ())))
         req.status = RequestStatus.RUNNING
         req.admitted_seq = next(self._seq)
         if req.metrics.first_scheduled_time is None:
@@ -289,15 +330,25 @@ class Scheduler:
         del self.running[i], self._rank_keys[i]
 
     def _preempt(self, req: Request, out: SchedulerOutput, why: str) -> None:
-        """Recompute-style preemption: drop its KV blocks, keep its tokens, queue it at the front."""
+        """Take a running request's KV blocks and queue it at the front; it keeps its tokens. Its K/V are copied
+        to host memory first (``preemption_mode="swap"``, while the host pool has room) or dropped, to be
+        recomputed when it returns."""
+        rid, n, host = req.request_id, req.num_computed_tokens, self.host_pool
         self._remove_running(req)
-        self.pool.free(req.request_id)
-        req.num_computed_tokens = 0
+        swap = self.config.preemption_mode == "swap"
+        if swap and n > 0 and host.can_hold(n):
+            out.swap_out[rid] = list(zip(self.pool.table(rid), host.allocate(rid, n)))
+            how = f"swapped out: {len(out.swap_out[rid])} blocks ({n} tokens) copied to host memory"
+        else:
+            full = f" (host pool full: {host.blocks_for(n)} blocks needed, {host.num_free_blocks} free)" if swap else ""
+            how = f"recomputes: its {n} computed tokens are dropped{full}"
+            req.num_computed_tokens = 0
+        self.pool.free(rid)
         req.status = RequestStatus.WAITING
         req.metrics.num_preemptions += 1
         self.policy.push_front(req)
         out.preempted.append(req)
-        self.notes[req.request_id] = why
+        self.notes[rid] = f"{why}; {how}"
 
     def _preempt_for_priority(self, out: SchedulerOutput) -> None:
         """policy="priority" with priority_preemption: a waiting request that outranks the lowest running
@@ -307,8 +358,8 @@ class Scheduler:
             if head.priority >= victim.priority:
                 return
             if len(self.running) < self.config.max_num_seqs:  # a free slot: does its first chunk fit?
-                hits = self._prefix_hits(head)
-                n = min(head.num_tokens - len(hits) * self.block_size, self.prompt_budget)  # unchunked: all of it
+                hits, n = self._resume_point(head)
+                n = min(n, self.prompt_budget)  # unchunked: all of it
                 if self._admission_blocks(head, hits, n)[1] <= self.pool.num_free_blocks:
                     return
             self._preempt(victim, out, f"priority: {head.request_id} (priority {head.priority}) outranks it "
@@ -394,6 +445,8 @@ class Scheduler:
             raise ValueError(f"request {req.request_id!r} has already finished ({req.finish_reason})")
         if req.status is RequestStatus.WAITING:
             self.policy.remove(req)
+            if req.request_id in self.host_pool:  # swapped out: its host copy is no longer needed
+                self.host_pool.free(req.request_id)
         elif req.status is RequestStatus.PENDING:
             self.pending = [e for e in self.pending if e[2] is not req]
             heapq.heapify(self.pending)
@@ -424,13 +477,20 @@ class Scheduler:
                 f"{r.request_id}: pool holds {self.pool.num_tokens[r.request_id]} slots, "
                 f"request computed {r.num_computed_tokens}"
             )
+        swapped = [r.request_id for r in waiting if r.request_id in self.host_pool]
         for r in waiting:
-            assert r.status is RequestStatus.WAITING and r.num_computed_tokens == 0, (
-                f"{r.request_id} waits while {r.status} with {r.num_computed_tokens} computed tokens"
-            )
+            assert r.status is RequestStatus.WAITING, f"{r.request_id} waits while {r.status}"
+            if r.request_id in self.host_pool:  # swapped out: its host blocks hold exactly its computed tokens
+                assert 0 < r.num_computed_tokens < r.num_tokens, f"{r.request_id} swapped out with nothing to resume"
+                assert self.host_pool.num_tokens[r.request_id] == r.num_computed_tokens, (
+                    f"{r.request_id}: host pool holds {self.host_pool.num_tokens[r.request_id]} tokens, "
+                    f"request computed {r.num_computed_tokens}")
+            else:
+                assert r.num_computed_tokens == 0, f"{r.request_id} waits with {r.num_computed_tokens} computed tokens"
         ids = set(run_ids) | {r.request_id for r in waiting} | {e[2].request_id for e in self.pending}
         assert ids == set(self.requests), "a request is lost or counted twice between the queues"
         self.pool.check_invariants(owners=run_ids)
+        self.host_pool.check_invariants(owners=swapped)
 
 
 def finish_note(req: Request) -> str:

@@ -6,6 +6,10 @@ placeholder (output lengths come from each request's ``max_tokens``; EOS never h
 comes from the roofline cost model. The KV pool gets the blocks that the hardware's memory holds after
 the weights -- so preemption, admission and batch sizes behave as on the real machine.
 
+Swap preemption's block copies are priced over the host link (``HardwareSpec.host_link_bandwidth``: PCIe, or
+NVLink-C2C on a Grace Hopper), before the step's compute and not overlapped with it -- as a step that waits
+for its copies before the forward pass does: ``bytes / bandwidth``.
+
 Nothing here is random and nothing reads a clock: the same workload gives the same trace, every run.
 """
 
@@ -14,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from minfer.config import EngineConfig
-from minfer.executor import ExecutorSetup, ModelOutput
+from minfer.executor import ExecutorSetup, ModelOutput, num_swap_blocks
 from minfer.scheduler.scheduler import SchedulerOutput
 from minfer.sim.cost import RooflineCost, StepShape
 from minfer.sim.hardware import HardwareSpec, get_hardware
@@ -25,11 +29,28 @@ PLACEHOLDER_TOKEN = 0
 
 
 class SimExecutor:
-    def __init__(self, model: ModelSpec, hardware: HardwareSpec, dtype: str) -> None:
+    def __init__(self, model: ModelSpec, hardware: HardwareSpec, dtype: str, block_size: int = 16) -> None:
         self.cost = RooflineCost(model, hardware, dtype)
+        self.hardware = hardware
+        self.block_bytes = model.kv_bytes_per_token(dtype) * block_size
+
+    def swap_time(self, num_blocks: int) -> float:
+        """Seconds to move ``num_blocks`` KV blocks over the host link (one direction)."""
+        if not num_blocks:
+            return 0.0
+        link = self.hardware.host_link_bandwidth
+        if link is None:
+            raise ValueError(f"hardware {self.hardware.name!r} has no host_link_bandwidth: swap preemption "
+                             "cannot be priced (set one with dataclasses.replace, or use preemption_mode='recompute')")
+        return num_blocks * self.block_bytes / link
 
     def execute(self, out: SchedulerOutput) -> ModelOutput:
-        """A placeholder token for each request whose chunk reaches its last token; the modelled seconds."""
+        """A placeholder token for each request whose chunk reaches its last token; the modelled seconds: the
+        step's KV block copies over the host link, then its compute."""
+        copies = sum(map(len, out.swap_out.values())) + sum(map(len, out.swap_in.values()))
+        seconds = self.swap_time(copies) if copies else 0.0
+        if not out.chunks:
+            return ModelOutput({}, seconds)
         shape = StepShape()
         sampled = {}
         add = shape.add
@@ -39,7 +60,7 @@ class SimExecutor:
             add(c.start, c.num_tokens, c.is_decode, samples)
             if samples:
                 sampled[req.request_id] = PLACEHOLDER_TOKEN
-        return ModelOutput(sampled, self.cost.step_time(shape))
+        return ModelOutput(sampled, seconds + self.cost.step_time(shape))
 
 
 def kv_pool_blocks(config: EngineConfig, model: ModelSpec, hardware: HardwareSpec, dtype: str) -> int:
@@ -76,6 +97,9 @@ def build_sim_executor(config: EngineConfig, model: Any = None, tokenizer: Any =
     hardware = get_hardware(config.hardware)
     dtype = hardware.dtype if config.dtype == "auto" else config.dtype
     limit = spec.config.max_position_embeddings
-    return ExecutorSetup(executor=SimExecutor(spec, hardware, dtype),
-                         num_blocks=kv_pool_blocks(config, spec, hardware, dtype),
-                         max_model_len=min(config.max_model_len or limit, limit))
+    executor = SimExecutor(spec, hardware, dtype, config.block_size)
+    if config.preemption_mode == "swap" and hardware.host_link_bandwidth is None:
+        executor.swap_time(1)  # raises: say so now, not at the first preemption
+    return ExecutorSetup(executor=executor, num_blocks=kv_pool_blocks(config, spec, hardware, dtype),
+                         max_model_len=min(config.max_model_len or limit, limit), kv_block_bytes=executor.block_bytes,
+                         num_swap_blocks=num_swap_blocks(config, executor.block_bytes))

@@ -38,6 +38,9 @@ class HardwareSpec:
     overlap: float = 1.0
     device: str = "cuda"  # "cpu": EngineConfig.kv_cache_memory sizes the KV pool, as in the real engine
     source: str = ""
+    # bytes/s one way between device memory and host memory (PCIe, or NVLink-C2C on a Grace Hopper): what
+    # swap preemption's KV block copies travel over. None: unknown (the simulator then cannot price a swap)
+    host_link_bandwidth: float | None = None
 
     def flops(self, dtype: str) -> float:
         if dtype not in self.peak_flops:
@@ -48,8 +51,9 @@ class HardwareSpec:
     def scaled(self, n: int) -> HardwareSpec:
         """``n`` of these devices under ideal tensor parallelism (no communication cost)."""
         flops = {k: v * n for k, v in self.peak_flops.items()}
-        return replace(self, name=f"{n}x{self.name}", peak_flops=flops,
-                       memory_bandwidth=self.memory_bandwidth * n, memory_bytes=self.memory_bytes * n)
+        link = None if self.host_link_bandwidth is None else self.host_link_bandwidth * n  # a link per device
+        return replace(self, name=f"{n}x{self.name}", peak_flops=flops, memory_bandwidth=self.memory_bandwidth * n,
+                       memory_bytes=self.memory_bytes * n, host_link_bandwidth=link)
 
 
 # Host work per step on a GPU server: an assumption (about 1 ms of scheduling, sampling and kernel launches
@@ -58,10 +62,11 @@ GPU_STEP_OVERHEAD = 1e-3
 
 
 def _gpu(name: str, bf16_tflops: float, fp32_tflops: float, bandwidth_gb_s: float, memory_gb: float,
-         source: str) -> HardwareSpec:
+         source: str, host_link_gb_s: float | None = None) -> HardwareSpec:
     bf16 = bf16_tflops * TFLOPS
     return HardwareSpec(name, {"bfloat16": bf16, "float16": bf16, "float32": fp32_tflops * TFLOPS},
-                        bandwidth_gb_s * GB, memory_gb * GB, step_overhead=GPU_STEP_OVERHEAD, source=source)
+                        bandwidth_gb_s * GB, memory_gb * GB, step_overhead=GPU_STEP_OVERHEAD, source=source,
+                        host_link_bandwidth=None if host_link_gb_s is None else host_link_gb_s * GB)
 
 
 # The course machine: 2 cores of an Intel Xeon (AVX-512, no AMX), torch with 2 threads, float32.
@@ -86,20 +91,26 @@ CPU_2CORE = HardwareSpec(
     source="fitted to measured step times on the course machine (minfer/sim/calibrate.py)",
 )
 
+# Host links (host_link_bandwidth, one direction; datasheets give both directions added up): PCIe Gen4 x16 is
+# 64 GB/s in all, 32 GB/s each way; PCIe Gen5 x16 is 128 GB/s in all, 64 GB/s each way. (A Grace Hopper GH200's
+# NVLink-C2C, not listed here, is 900 GB/s in all: 450 GB/s each way, per NVIDIA's GH200 datasheet.)
 HARDWARE: dict[str, HardwareSpec] = {
     spec.name: spec
     for spec in [
-        # NVIDIA A100 datasheet (80GB SXM): BF16 tensor 312 TFLOPS dense, FP32 19.5 TFLOPS, HBM2e 2,039 GB/s
-        _gpu("A100-80GB", 312, 19.5, 2039, 80, "NVIDIA A100 Tensor Core GPU datasheet (SXM, 80GB)"),
-        # NVIDIA H100 datasheet (SXM): BF16 tensor 989 TFLOPS dense (1,979 sparse), FP32 67, HBM3 3.35 TB/s
-        _gpu("H100-SXM", 989, 67, 3350, 80, "NVIDIA H100 Tensor Core GPU datasheet (SXM)"),
-        # NVIDIA H200 datasheet (SXM): H100 compute, 141 GB HBM3e at 4.8 TB/s
-        _gpu("H200", 989, 67, 4800, 141, "NVIDIA H200 Tensor Core GPU datasheet (SXM)"),
-        # NVIDIA L4 datasheet: BF16 tensor 121 TFLOPS dense (242 sparse), FP32 30.3, 24 GB GDDR6 at 300 GB/s
-        _gpu("L4", 121, 30.3, 300, 24, "NVIDIA L4 Tensor Core GPU datasheet"),
+        # NVIDIA A100 datasheet (80GB SXM): BF16 tensor 312 TFLOPS dense, FP32 19.5 TFLOPS, HBM2e 2,039 GB/s,
+        # PCIe Gen4 64 GB/s
+        _gpu("A100-80GB", 312, 19.5, 2039, 80, "NVIDIA A100 Tensor Core GPU datasheet (SXM, 80GB)", 32),
+        # NVIDIA H100 datasheet (SXM): BF16 tensor 989 TFLOPS dense (1,979 sparse), FP32 67, HBM3 3.35 TB/s,
+        # PCIe Gen5 128 GB/s
+        _gpu("H100-SXM", 989, 67, 3350, 80, "NVIDIA H100 Tensor Core GPU datasheet (SXM)", 64),
+        # NVIDIA H200 datasheet (SXM): H100 compute, 141 GB HBM3e at 4.8 TB/s, PCIe Gen5 128 GB/s
+        _gpu("H200", 989, 67, 4800, 141, "NVIDIA H200 Tensor Core GPU datasheet (SXM)", 64),
+        # NVIDIA L4 datasheet: BF16 tensor 121 TFLOPS dense (242 sparse), FP32 30.3, 24 GB GDDR6 at 300 GB/s,
+        # PCIe Gen4 x16 64 GB/s
+        _gpu("L4", 121, 30.3, 300, 24, "NVIDIA L4 Tensor Core GPU datasheet", 32),
         # NVIDIA Ada whitepaper, GeForce RTX 4090: BF16 tensor (FP32 accumulate) 165.2 TFLOPS dense,
-        # FP32 82.6 TFLOPS, 24 GB GDDR6X at 1,008 GB/s
-        _gpu("RTX-4090", 165.2, 82.6, 1008, 24, "NVIDIA Ada Lovelace GPU architecture whitepaper (RTX 4090)"),
+        # FP32 82.6 TFLOPS, 24 GB GDDR6X at 1,008 GB/s; a PCIe Gen4 x16 card
+        _gpu("RTX-4090", 165.2, 82.6, 1008, 24, "NVIDIA Ada Lovelace GPU architecture whitepaper (RTX 4090)", 32),
         CPU_2CORE,
     ]
 }
