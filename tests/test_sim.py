@@ -280,3 +280,16 @@ def test_fit_tolerates_noise_and_disturbed_steps():
     noisy = [Sample(s.shape, s.seconds * rng.uniform(0.9, 1.1) * (rng.uniform(3, 10) if i % 6 == 0 else 1))
              for i, s in enumerate(clean)]
     assert median_ape(fit(noisy), synthetic_samples(truth, 60, seed=3)) < 5.0
+
+
+def test_fit_with_fewer_free_overheads():
+    """The per-token overhead and the FLOP/s trade against each other; with it held at the base's value (0) and
+    the overlap known, the fit finds the FLOP/s that made the steps."""
+    truth = replace(HARDWARE["cpu-2core"], peak_flops={"float32": 180e9}, memory_bandwidth=15e9, step_overhead=0.0,
+                    token_overhead=0.0, sample_overhead=2e-3, overlap=0.0)
+    rng = random.Random(4)
+    noisy = [Sample(s.shape, s.seconds * rng.uniform(0.95, 1.05)) for s in synthetic_samples(truth, 80, seed=5)]
+    fitted = fit(noisy, overlaps=(0.0,), overheads=("sample_overhead",))
+    assert fitted.token_overhead == 0.0 and fitted.overlap == 0.0
+    assert fitted.flops("float32") == pytest.approx(180e9, rel=0.15)
+    assert fitted.sample_overhead == pytest.approx(2e-3, rel=0.15)
