@@ -54,6 +54,7 @@ from minfer.sim.models import ModelSpec, get_model_spec
 
 TABLE = "validation.json"
 METRICS = {"output_throughput": "tok/s", "ttft_mean": "ms", "itl_mean": "ms"}
+ROLES = ("fit", "heldout", "unscored")
 BLOCK_SIZE = 16
 WAVES = 3  # offline runs simulate about this many batches of requests, and extrapolate the rest
 
@@ -121,6 +122,8 @@ def load_table(path: str | Path | None = None) -> Table:
             raise ValueError(f"point {p.id!r} names an unknown source {p.source!r}")
         if p.metric not in METRICS:
             raise ValueError(f"point {p.id!r}: metric must be one of {sorted(METRICS)}, got {p.metric!r}")
+        if p.role not in ROLES:
+            raise ValueError(f"point {p.id!r}: role must be one of {ROLES}, got {p.role!r}")
         if sources[p.source].settings not in SETTINGS:
             raise ValueError(f"source {p.source!r}: settings must be one of {sorted(SETTINGS)}")
     return Table(sources, points)
@@ -170,9 +173,7 @@ SETTINGS: dict[str, Callable[[ModelSpec, HardwareSpec, str, int, int], EngineSet
 # ---- re-creating a run ---------------------------------------------------------------------------------
 def point_hardware(point: Point, base: HardwareSpec | None = None) -> HardwareSpec:
     """The point's GPU (or ``base``, e.g. a roofline or a candidate fit), running the point's dtype."""
-    hw = base if base is not None else get_hardware(point.gpu)
-    dtype = "bfloat16" if point.dtype == "float16" and "float16" not in hw.peak_flops else point.dtype
-    return replace(hw, dtype=dtype)
+    return replace(base if base is not None else get_hardware(point.gpu), dtype=point.dtype)
 
 
 def engine_config(point: Point, source: Source, hw: HardwareSpec, replicas: int = 1,
@@ -414,8 +415,7 @@ def format_rows(rows: Sequence[Row]) -> str:
     lines = [head, "-" * len(head)]
     for r in rows:
         p = r.point
-        load = "offline" if p.rate is None and p.source.endswith("offline") else (
-            "INF" if p.rate is None else f"{p.rate:g}/s")
+        load = "at once" if p.rate is None else f"{p.rate:g}/s"  # every request queued at once, or a rate
         metric = {"output_throughput": "tok/s", "ttft_mean": "TTFT ms", "itl_mean": "ITL ms"}[p.metric]
         lines.append(f"{p.id:42s} {p.gpu:14s} {p.dtype:8s} {p.lengths:>10s} {load:>7s} {metric:>9s} "
                      f"{p.value:10,.1f} {r.predicted:10,.1f} {r.error:+6.1f}%  {p.role}")
