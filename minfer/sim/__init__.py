@@ -3,7 +3,9 @@
     engine = LLMEngine(EngineConfig(model="llama-3-8b", executor="sim", hardware="H100-SXM"))
 
 ``hardware`` names a spec in ``HARDWARE`` and ``model`` one in ``MODELS`` (or pass your own
-``HardwareSpec`` / ``ModelSpec``); prompts are token-id lists.
+``HardwareSpec`` / ``ModelSpec``); prompts are token-id lists. The GPU specs carry what a well-tuned engine
+achieves of the datasheet peaks; ``spec.roofline()`` is the upper bound. ``python -m minfer.sim.validate``
+checks the simulator against published measurements (``minfer.sim.validate``).
 """
 
 from minfer.sim.cost import RooflineCost, StepShape, roofline_terms

@@ -181,9 +181,13 @@ def _grid_fit(flops: np.ndarray, nbytes: np.ndarray, overheads: _Overheads, over
 
 def fit(samples: Sequence[Sample], model: ModelSpec | None = None, dtype: str = "float32",
         base: HardwareSpec = CPU_2CORE, rounds: int = 4, overlaps: Sequence[float] = (0.0, 0.5, 1.0),
-        trim: float = 3.0) -> HardwareSpec:
+        trim: float = 3.0, overheads: Sequence[str] = OVERHEADS) -> HardwareSpec:
     """The ``base`` spec with its effective ``peak_flops[dtype]``, ``memory_bandwidth``, ``overlap`` and
     overheads fitted to ``samples`` (least squared relative error).
+
+    ``overlaps`` and ``overheads`` say which of them are free: a per-token overhead and the FLOP/s both scale
+    with the tokens of a step, so on few steps they trade against each other (a fit may find 3x the real
+    FLOP/s and a millisecond per token); fitting only ``overheads=("sample_overhead",)`` removes that freedom.
 
     Robust to a shared machine: after a first fit, steps whose error exceeds ``trim`` times the median error
     (and 5%) -- steps another program slowed down -- are dropped, and the fit is repeated on the rest."""
@@ -191,12 +195,13 @@ def fit(samples: Sequence[Sample], model: ModelSpec | None = None, dtype: str = 
     samples = list(samples)
     for _ in range(2):
         flops, nbytes, counts = _features(samples, model, dtype)
+        counts = counts[:, [OVERHEADS.index(name) for name in overheads]]
         y = np.array([s.seconds for s in samples], dtype=float)
-        overheads = _Overheads(counts, y, base.step_overhead)
-        fits = [(_grid_fit(flops, nbytes, overheads, o, rounds), o) for o in overlaps]
+        solver = _Overheads(counts, y, base.step_overhead)
+        fits = [(_grid_fit(flops, nbytes, solver, o, rounds), o) for o in overlaps]
         (_, f, bw, coef), overlap = min(fits, key=lambda x: x[0][0])
         spec = replace(base, peak_flops={**base.peak_flops, dtype: float(f)}, memory_bandwidth=float(bw),
-                       overlap=overlap, **{name: float(c) for name, c in zip(OVERHEADS, coef)})
+                       overlap=overlap, **{name: float(c) for name, c in zip(overheads, coef)})
         errors = percentage_errors(spec, samples, model, dtype)
         limit = max(trim * statistics.median(errors), 5.0)  # in percent; a step within 5% is never dropped
         samples = [s for s, e in zip(samples, errors) if e <= limit]

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from minfer.model.config import ModelConfig
 
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# float8: FP8 (e4m3) weights and KV cache, as TensorRT-LLM and vLLM run "FP8" models on Hopper and Ada GPUs
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8": 1}
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,14 @@ class ModelSpec:
     def lm_head_parameters(self) -> int:
         """The vocabulary projection, run only for tokens that sample."""
         return self.config.vocab_size * self.config.hidden_size
+
+    @property
+    def activation_bytes_per_token(self) -> int:
+        """One pass over a token's activations in every layer -- its hidden vector and its MLP's intermediate
+        vector, in 16 bits (FP8 models too keep activations in 16 bits between kernels): the unit of the
+        elementwise work (norms, rotary, activation function, residual adds) that the matrix products leave."""
+        c = self.config
+        return c.num_layers * (c.hidden_size + c.intermediate_size) * 2
 
     def kv_bytes_per_token(self, dtype: str) -> int:
         """K and V of one token in every layer: the unit of KV-cache memory and of decode traffic."""
@@ -67,6 +76,15 @@ MODELS: dict[str, ModelSpec] = {
         _spec("llama-3-8b", "meta-llama/Meta-Llama-3-8B config.json", vocab_size=128256, hidden_size=4096,
               intermediate_size=14336, num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128,
               max_position_embeddings=8192, tie_word_embeddings=False),
+        # meta-llama/Llama-3.1-8B config.json: Llama-3-8B's shape with a 128k context (rope scaling "llama3")
+        _spec("llama-3.1-8b", "meta-llama/Llama-3.1-8B config.json", vocab_size=128256, hidden_size=4096,
+              intermediate_size=14336, num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128,
+              max_position_embeddings=131072, tie_word_embeddings=False),
+        # mistralai/Mistral-7B-v0.1 config.json (its 4,096-token sliding window is not modelled: the
+        # simulator's attention sees the whole context, exact up to 4,096 tokens)
+        _spec("mistral-7b", "mistralai/Mistral-7B-v0.1 config.json", vocab_size=32000, hidden_size=4096,
+              intermediate_size=14336, num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128,
+              max_position_embeddings=32768, tie_word_embeddings=False),
         # meta-llama/Meta-Llama-3-70B config.json
         _spec("llama-3-70b", "meta-llama/Meta-Llama-3-70B config.json", vocab_size=128256, hidden_size=8192,
               intermediate_size=28672, num_layers=80, num_heads=64, num_kv_heads=8, head_dim=128,
