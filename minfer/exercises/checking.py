@@ -84,8 +84,8 @@ def run_exercise(exercise_id: str, answer: float | None = None, timeout: float =
         except CheckTimeout as e:
             result.status, result.message = "timeout", f"{e}: an endless loop?"
             result.where = package_frames(e)
-        except Exception as e:  # the student's code failed a case (or raised)
-            result.status = "failed"
+        except Exception as e:  # the student's code failed a case (or raised); a measurement that fails is an error
+            result.status = "failed" if ex.kind == "build" else "error"
             result.stub = stub_in(e)
             result.message = failure_message(e)
             result.where = package_frames(e)

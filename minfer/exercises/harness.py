@@ -15,6 +15,7 @@ prediction must fall within, and a paragraph explaining where the number comes f
 from __future__ import annotations
 
 import math
+import re
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -160,7 +161,10 @@ class CheckResult:
         if self.case:
             lines.append(f"  failing case: {self.case}")
         if self.stub == self.exercise:
-            lines.append(f"  your code is not written yet: {self.message}")
+            m = re.search(r"E\d+\.\d+: write (.*?) \(.*\), see (chapter .*?)['\"]?\)?$", self.message, re.M)
+            lines.append(f"  not written yet: {m[1] if m else 'the stub'} still raises NotImplementedError. Write your "
+                         f"code between its EXERCISE markers ({m[2] if m else 'see the chapter'}).")
+            self.where = self.where[-1:]
         elif self.message:
             lines.append("  " + self.message.replace("\n", "\n  "))
         for w in self.where:
@@ -187,15 +191,13 @@ def _wrap(text: str, width: int = 110) -> str:
 def stub_in(exc: BaseException) -> str | None:
     """The exercise whose stub raised ``exc`` (anywhere in its chain, or quoted in its message -- a Triton
     compile error quotes the source line), or ``None``."""
-    import re
-
     seen: set[int] = set()
     e: BaseException | None = exc
     while e is not None and id(e) not in seen:
         seen.add(id(e))
         if isinstance(e, NotImplementedError) and (m := STUB_MESSAGE.match(str(e))):
             return m["id"]
-        if m := re.search(r"NotImplementedError\(['\"](E\d+\.\d+): ", str(e)):
+        if m := re.search(r"NotImplementedError(?:\(['\"]|: )(?P<id>E\d+\.\d+): \S.*see chapter", str(e)):
             return m["id"]
         e = e.__cause__ or e.__context__
     return None
@@ -204,8 +206,21 @@ def stub_in(exc: BaseException) -> str | None:
 def package_frames(exc: BaseException, limit: int = 3) -> list[str]:
     """The innermost frames of ``exc``'s traceback that are engine code (not the checker's), as
     ``path:line in function: source``."""
+    chain, e = [], exc
+    while e is not None and e not in chain:  # the innermost cause first: where the error really arose
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    for e in reversed(chain):
+        if frames := _package_frames(e, limit):
+            return frames
+    return []
+
+
+def _package_frames(exc: BaseException, limit: int) -> list[str]:
     out = []
     for fs in traceback.extract_tb(exc.__traceback__):
+        if fs.filename.startswith("<"):  # <frozen importlib...>, <string>, a stand-in's compiled source
+            continue
         path = Path(fs.filename)
         try:
             rel = path.resolve().relative_to(PACKAGE_ROOT.parent)
