@@ -131,6 +131,9 @@ class CheckResult:
     def __repr__(self) -> str:
         return f"<{self.exercise}: {self.status}>"
 
+    def _ipython_display_(self) -> None:
+        """A notebook shows nothing more: ``check`` has printed the whole report already."""
+
     def to_dict(self) -> dict:
         return asdict(self)
 
