@@ -264,6 +264,19 @@ MUTANTS = {
         self.num_tokens[owner] = len(blocks) * self.block_size
         self.num_hashed[owner] = len(blocks)
         """, "refuses"),
+    # ---- E9.1: shortest job first ---------------------------------------------------------------------------
+    "E9.1 sizes a job by its prompt alone": ("E9.1", "ShortestJobFirstPolicy.order", """
+        return (req.num_prompt_tokens, 0 if front else 1, req.arrival_time)
+        """, "least work first"),
+    "E9.1 serves the longest job first": ("E9.1", "ShortestJobFirstPolicy.order", """
+        return (-(req.num_prompt_tokens + req.params.max_tokens), 0 if front else 1, req.arrival_time)
+        """, "least work first"),
+    "E9.1 ranks by the tokens so far (the rank moves while it runs)": ("E9.1", "ShortestJobFirstPolicy.rank", """
+        return (req.num_tokens, req.admitted_seq)
+        """, "never changes"),
+    "E9.1 ranks by admission only (preempts the newest, not the longest)": ("E9.1", "ShortestJobFirstPolicy.rank", """
+        return req.admitted_seq
+        """, None),
     # ---- E10.1: goodput ----------------------------------------------------------------------------------
     "E10.1 refused requests count as good": ("E10.1", "SLO.met_by", """
         m = req.metrics

@@ -102,6 +102,14 @@ EXERCISES: tuple[Exercise, ...] = (
        "one per step. How many prompt tokens does the cache serve in all?", "ch08:measure_cached_tokens"),
     _e("E8.3", 8, "6. Eviction: least recently used first", "what to evict",
        "Why is a prompt's last block evicted before its first? Give a workload where LRU is the wrong choice."),
+    # 09 -- policies and SLAs
+    _b("E9.1", 9, "2. Priority", "a new policy: shortest job first",
+       "Write ShortestJobFirstPolicy.order and .rank: the least work (prompt + max_tokens) first, a preempted "
+       "request ahead of its equals, and a running rank that never changes. Graded by goodput on a fixed "
+       "simulated workload.", "ch09:check_sjf", 30),
+    _e("E9.2", 9, "5. Queue timeouts", "what SJF does to long jobs",
+       "Under steady load, what happens to a 1,000-token job behind a stream of short ones with SJF? Propose a "
+       "fix from this chapter's knobs and say what it costs."),
     # 10 -- benchmarking and simulation
     _b("E10.1", 10, "1. What a serving benchmark measures", "goodput: did a request meet its SLO?",
        "Write SLO.met_by: a request counts toward goodput only if it was served and met every target given.",
