@@ -101,6 +101,8 @@ class StandIns:
                 todo.setdefault((r.rel, r.unit), []).append(r)
         done = []
         for (rel, unit), regions in todo.items():
+            if not importable_now(rel):
+                continue
             self._swap_unit(rel, unit, {(r.exercise, r.unit, r.index): refs[key(r)] for r in regions})
             self.units.add((rel, unit))
             done.append(regions[0].exercise)
@@ -154,6 +156,15 @@ class StandIns:
                 for n in names:
                     self.swaps.append(Swap(mod, n, old))
                     setattr(mod, n, new)
+
+
+def importable_now(rel: str) -> bool:
+    """May a stand-in import this file's module now? Not a Triton module before ``triton`` itself is imported:
+    Triton decides between compiled and interpreted kernels on its first import (chapter 07 sets that up before
+    it imports anything), and a stand-in must not decide it for the process. Until then nothing can have launched
+    the kernel; a later launch of a kernel still unwritten raises its stub's message, naming the exercise."""
+    name = rel.removesuffix(".py").replace("/", ".")
+    return name in sys.modules or "triton" in sys.modules or "import triton" not in (ROOT / rel).read_text()
 
 
 def _order(exercise: str) -> tuple[int, int]:

@@ -11,8 +11,8 @@ from minfer.request import Request, SamplingParams
 from minfer.scheduler.policies import ShortestJobFirstPolicy
 from minfer.workload import WorkItem, submit
 
-GOODPUT_TARGET = 3.5  # requests per second finishing within E2E_SLO; FCFS reaches 1.6, the reference SJF 4.9
-E2E_SLO = 10.0
+GOODPUT_GAIN = 2.0  # SJF must finish at least twice as many requests per second within E2E_SLO as FCFS does
+E2E_SLO = 10.0  # (on the same workload and simulated GPU; the reference reaches about 3x, sizing by prompt 1.3x)
 
 
 def request(rid: str, prompt: int, max_tokens: int, arrival: float = 0.0) -> Request:
@@ -80,12 +80,18 @@ def check_sjf(t: Tester) -> None:
         assert victims and set(victims) == {"r34"}, f"victims {victims}: only the longest job (r34) should be"
 
     with t.case(f"goodput on a fixed workload (300 requests, Llama-3-8B on a simulated H100, 8 running): at least "
-                f"{GOODPUT_TARGET} requests/s finish within {E2E_SLO:.0f} s (first come, first served: 1.6)",
+                f"{GOODPUT_GAIN:g}x the requests per second that first come, first served finishes within "
+                f"{E2E_SLO:.0f} s",
                 hint="the work of a request is its prompt *and* its answer; in this workload the answers decide"):
-        engine = with_sjf(sim_engine(max_num_seqs=8, num_blocks=1024))  # room for 8 running: no preemption
+        fcfs = sim_engine(max_num_seqs=8, num_blocks=1024, record_trace=False)  # room for 8 running: no preemption
+        submit(fcfs, chat_workload())
+        fcfs.run()
+        baseline = summarize(fcfs.finished, slo=SLO(e2e=E2E_SLO))
+        engine = with_sjf(sim_engine(max_num_seqs=8, num_blocks=1024))
         submit(engine, chat_workload())
         t.run(engine, max_steps=100_000)
         s = summarize(engine.finished, slo=SLO(e2e=E2E_SLO))
-        assert s.goodput >= GOODPUT_TARGET, (
-            f"goodput {s.goodput:.2f} requests/s ({s.slo_attainment:.0%} of requests within {E2E_SLO:.0f} s); "
-            f"the target is {GOODPUT_TARGET}")
+        assert s.goodput >= GOODPUT_GAIN * baseline.goodput, (
+            f"goodput {s.goodput:.2f} requests/s ({s.slo_attainment:.0%} of requests within {E2E_SLO:.0f} s) against "
+            f"{baseline.goodput:.2f} for first come, first served: {s.goodput / baseline.goodput:.2f}x, the target "
+            f"is {GOODPUT_GAIN:g}x")
