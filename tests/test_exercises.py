@@ -123,3 +123,10 @@ def test_exercise_cells_keep_notebooks_honest():
                 assert "exercise" in tags and "NBVAL_SKIP" in cell.source, f"{path.name} cell {i}"
             if "solution" in tags:
                 assert "prediction = None" in nb.cells[i - 1].source, f"{path.name} cell {i}: no student cell before"
+
+
+def test_the_instructor_guide_answers_every_exercise():
+    guide = (ROOT / "docs/instructor.md").read_text()
+    for e in EXERCISES:
+        assert f"| {e.id} | {e.kind} | {e.minutes} | {e.title} |" in guide, f"{e.id}: not in the guide's table"
+        assert re.search(rf"^#### {re.escape(e.id)} · {e.kind}: ", guide, re.M), f"{e.id}: no model answer in the guide"
