@@ -55,6 +55,59 @@ MUTANTS = {
         out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=visible[:, None], enable_gqa=True)
         return out.transpose(1, 2).reshape(b * q_len, *q.shape[1:])
         """, "one sequence"),
+    # ---- E2.1: static batching's slot accounting ---------------------------------------------------------
+    "E2.1 counts one decode pass too many": ("E2.1", "slot_accounting", """
+        steps = []
+        for batch in _batches(len(prompt_lens), batch_size):
+            lens, outs = [prompt_lens[i] for i in batch], [output_lens[i] for i in batch]
+            b, idle = len(batch), batch_size - len(batch)
+            steps.append({"batch_slots": batch_size, "useful": sum(lens), "padding": b * max(lens) - sum(lens),
+                          "idle_slots": idle, "bubbles": 0})
+            for t in range(max(outs)):
+                live = sum(t < n for n in outs)
+                steps.append({"batch_slots": batch_size, "useful": live, "padding": 0, "idle_slots": idle,
+                              "bubbles": b - live})
+        return steps
+        """, "one batch of 3"),
+    "E2.1 counts empty slots as bubbles": ("E2.1", "slot_accounting", """
+        steps = []
+        for batch in _batches(len(prompt_lens), batch_size):
+            lens, outs = [prompt_lens[i] for i in batch], [output_lens[i] for i in batch]
+            b = len(batch)
+            steps.append({"batch_slots": batch_size, "useful": sum(lens), "padding": b * max(lens) - sum(lens),
+                          "idle_slots": 0, "bubbles": 0})
+            for t in range(1, max(outs)):
+                live = sum(t < n for n in outs)
+                steps.append({"batch_slots": batch_size, "useful": live, "padding": 0, "idle_slots": 0,
+                              "bubbles": batch_size - live})
+        return steps
+        """, "one batch of 3"),
+    "E2.1 counts the whole padded rectangle as padding": ("E2.1", "slot_accounting", """
+        steps = []
+        for batch in _batches(len(prompt_lens), batch_size):
+            lens, outs = [prompt_lens[i] for i in batch], [output_lens[i] for i in batch]
+            b, idle = len(batch), batch_size - len(batch)
+            steps.append({"batch_slots": batch_size, "useful": sum(lens), "padding": b * max(lens),
+                          "idle_slots": idle, "bubbles": 0})
+            for t in range(1, max(outs)):
+                live = sum(t < n for n in outs)
+                steps.append({"batch_slots": batch_size, "useful": live, "padding": 0, "idle_slots": idle,
+                              "bubbles": b - live})
+        return steps
+        """, "one batch of 3"),
+    "E2.1 keeps a row live one pass too long": ("E2.1", "slot_accounting", """
+        steps = []
+        for batch in _batches(len(prompt_lens), batch_size):
+            lens, outs = [prompt_lens[i] for i in batch], [output_lens[i] for i in batch]
+            b, idle = len(batch), batch_size - len(batch)
+            steps.append({"batch_slots": batch_size, "useful": sum(lens), "padding": b * max(lens) - sum(lens),
+                          "idle_slots": idle, "bubbles": 0})
+            for t in range(1, max(outs)):
+                live = sum(t <= n for n in outs)
+                steps.append({"batch_slots": batch_size, "useful": live, "padding": 0, "idle_slots": idle,
+                              "bubbles": b - live})
+        return steps
+        """, "one batch of 3"),
     # ---- E3.1: the BlockPool -----------------------------------------------------------------------------
     "E3.1 blocks_for rounds down": ("E3.1", "BlockPool.blocks_for", """
         return num_tokens // self.block_size

@@ -58,6 +58,16 @@ EXERCISES: tuple[Exercise, ...] = (
        "ch01:measure_decode_batching"),
     _e("E1.3", 1, "A KV cache", "why the speed-up is smaller",
        "The cache cut the token computations 15x, but the time far less. Why?"),
+    # 02 -- static batching
+    _b("E2.1", 2, "Request-level batching", "static batching's slot accounting",
+       "Write baselines.slot_accounting: per forward pass of static batching, how many row-slots computed useful "
+       "tokens, padding, finished rows (bubbles), or sat idle.", "ch02:check_slot_accounting", 25),
+    _p("E2.2", 2, "Request-level batching", "useful decode rows",
+       "Chapter 02's 24 requests run in static batches of 8. What percentage of the decode rows compute a token "
+       "that someone reads?", "ch02:measure_decode_share"),
+    _e("E2.3", 2, "Request-level batching", "sorting the queue",
+       "Sort the requests by length before batching them: what does it fix, what not, and why can a server not "
+       "do it well?"),
     # 03 -- the paged KV cache
     _b("E3.1", 3, "The BlockPool", "the BlockPool: allocate, append, free",
        "Write BlockPool.blocks_for, blocks_needed, allocate, try_append_slots and free: blocks from the head of "
@@ -76,8 +86,8 @@ EXERCISES: tuple[Exercise, ...] = (
        "What does a smaller chunk buy, and what does it cost? Which users feel each side?"),
     # 06 -- preemption
     _p("E6.2", 6, "A burst into a small pool", "how many preemptions",
-       "Eight requests (prompts of 30 tokens, 48 output tokens each) arrive at once in a pool of 16 blocks of "
-       "8 tokens. How many preemptions happen before all finish?", "ch06:measure_preemptions"),
+       "Chapter 06's eight chat requests (48 output tokens each) arrive at once in a pool of 16 blocks of 8 "
+       "tokens. How many preemptions happen before all finish?", "ch06:measure_preemptions"),
     _e("E6.3", 6, "A burst into a small pool", "recompute, swap, or reserve",
        "Why does the victim go back to the front of the queue? When would swapping its blocks to host memory "
        "beat recomputing them?"),
