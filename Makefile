@@ -50,6 +50,7 @@ bench: setup
 
 lint: setup
 	$(BIN)/ruff check minfer tests scripts
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build dist *.egg-info

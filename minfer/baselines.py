@@ -13,6 +13,7 @@ Every baseline does the same useful work as the engine -- each request's prompt 
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ import torch
 
 from minfer.kv.contiguous import ContiguousKVCache
 from minfer.model.llama import LlamaModel
+from minfer.units import ceil_div
+from minfer.workload import WorkItem, token_prompts
 
 
 @dataclass(slots=True)
@@ -131,15 +134,24 @@ def hf_generate_static(hf_model, prompts: Sequence[Sequence[int]], max_tokens: S
     return BaselineResult("HF generate, static batches", sum(max_tokens), seconds, outputs)
 
 
+PAGE_SIZE = 256  # tokens per cache page of Hugging Face's paged cache (its default)
+
+
 @torch.inference_mode()
 def hf_continuous_batching(hf_model, prompts: Sequence[Sequence[int]], max_tokens: Sequence[int]) -> BaselineResult:
     """Hugging Face's continuous batching manager (transformers >= 5), greedy, EOS disabled, each
     request with its own ``max_new_tokens``."""
     from transformers import GenerationConfig
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
     config = GenerationConfig(do_sample=False, max_new_tokens=max(max_tokens), eos_token_id=-1)
+    # a KV cache that holds every request at once, as minfer's pool does (left to itself, Hugging Face sizes
+    # it to 90% of the free memory: 14 GB on a 24 GB machine, for a workload that needs megabytes)
+    pages = sum(ceil_div(len(p) + m, PAGE_SIZE) for p, m in zip(prompts, max_tokens))
+    cache = ContinuousBatchingConfig(page_size=PAGE_SIZE, num_blocks=pages)
     outputs: list[list[int]] = [[] for _ in prompts]
-    with hf_model.continuous_batching_context_manager(generation_config=config, block=True, timeout=30) as manager:
+    with hf_model.continuous_batching_context_manager(generation_config=config, block=True, timeout=30,
+                                                      continuous_batching_config=cache) as manager:
         start = time.perf_counter()  # after the manager's warm-up, as for the other systems
         ids = {manager.add_request(list(p), request_id=f"r{i}", max_new_tokens=m, eos_token_id=-1): i
                for i, (p, m) in enumerate(zip(prompts, max_tokens))}
@@ -157,32 +169,41 @@ def hf_continuous_batching(hf_model, prompts: Sequence[Sequence[int]], max_token
     return BaselineResult("HF continuous batching", sum(max_tokens), seconds, outputs)
 
 
-# ---- as systems of the benchmark harness (``python -m minfer.bench`` imports this module) ----------------
-def _register() -> None:
-    import functools
-
-    from minfer.bench import cached_model, register_runner
-    from minfer.workload import token_prompts
-
-    def inputs(workload) -> tuple[list[list[int]], list[int]]:
-        model, _ = cached_model("smollm2-135m", "cpu", "float32")
-        return token_prompts(workload, model.config.vocab_size), [w.output_len for w in workload]
-
-    @functools.lru_cache(maxsize=1)
-    def hf_model():
-        from transformers import AutoModelForCausalLM
-
-        from minfer.model.loader import resolve_checkpoint
-
-        return AutoModelForCausalLM.from_pretrained(resolve_checkpoint("smollm2-135m"), dtype=torch.float32).eval()
-
-    def as_pair(r: BaselineResult) -> tuple[int, float]:
-        return r.output_tokens, r.seconds
-
-    register_runner("minfer static batching",
-                    lambda w: as_pair(static_batching(cached_model("smollm2-135m", "cpu", "float32")[0], *inputs(w))))
-    register_runner("HF generate, static batches", lambda w: as_pair(hf_generate_static(hf_model(), *inputs(w))))
-    register_runner("HF continuous batching", lambda w: as_pair(hf_continuous_batching(hf_model(), *inputs(w))))
+# ---- as systems of the benchmark harness (``minfer.bench`` lists them by name) -----------------------------
+SMOLLM2 = ("smollm2-135m", "cpu", torch.float32)
 
 
-_register()
+def _inputs(workload: Sequence[WorkItem]) -> tuple[list[list[int]], list[int]]:
+    """The very token ids the engines get for ``workload``, and each request's output length."""
+    from minfer.model.loader import load_model_cached
+
+    model, _ = load_model_cached(*SMOLLM2)
+    prompts = token_prompts(workload, model.config.vocab_size)
+    return [list(p) for p in prompts], [w.output_len for w in workload]  # type: ignore[arg-type]
+
+
+@functools.lru_cache(maxsize=1)
+def hf_smollm2():
+    """Hugging Face's model of the same weights (float32, CPU), loaded once per process."""
+    from transformers import AutoModelForCausalLM
+
+    from minfer.model.loader import resolve_checkpoint
+
+    return AutoModelForCausalLM.from_pretrained(resolve_checkpoint("smollm2-135m"), dtype=torch.float32).eval()
+
+
+def minfer_static_system(workload: Sequence[WorkItem]) -> tuple[int, float]:
+    from minfer.model.loader import load_model_cached
+
+    r = static_batching(load_model_cached(*SMOLLM2)[0], *_inputs(workload))
+    return r.output_tokens, r.seconds
+
+
+def hf_static_system(workload: Sequence[WorkItem]) -> tuple[int, float]:
+    r = hf_generate_static(hf_smollm2(), *_inputs(workload))
+    return r.output_tokens, r.seconds
+
+
+def hf_continuous_system(workload: Sequence[WorkItem]) -> tuple[int, float]:
+    r = hf_continuous_batching(hf_smollm2(), *_inputs(workload))
+    return r.output_tokens, r.seconds

@@ -8,25 +8,24 @@
 A *system* is a name and a runner: a function that takes a workload (a list of ``WorkItem``) and returns
 either a ``minfer.metrics.Summary`` (engines: every latency metric) or ``(output_tokens, seconds)``
 (baselines that only report throughput). Engine configurations become runners through ``engine_runner``;
-other systems register themselves in ``RUNNERS`` with ``register_runner``. Metrics always come from
-``minfer.metrics.summarize`` over the engine's finished requests -- never recomputed here.
+the baselines live in ``minfer.baselines``. ``RUNNERS`` lists every system by name, in one place. Metrics
+always come from ``minfer.metrics.summarize`` over the engine's finished requests -- never recomputed here.
 
-Adding a system (``minfer.baselines`` is imported, if it exists, before the default benchmark runs)::
+Adding a system from your own code::
 
-    @register_runner("my system")
     def my_system(workload):
-        model, tokenizer = cached_model("smollm2-135m")
+        model, tokenizer = load_model_cached("smollm2-135m")
         prompts = token_prompts(workload, model.config.vocab_size)  # the very ids the engines get
         ...
         return output_tokens, seconds
+
+    register_runner("my system", my_system)
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
-import functools
-import importlib.util
 import json
 import math
 import statistics
@@ -35,25 +34,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from minfer.baselines import hf_continuous_system, hf_static_system, minfer_static_system
 from minfer.config import EngineConfig
 from minfer.cpu_malloc import keep_freed_memory
 from minfer.metrics import SLO, Summary, summarize
-from minfer.ops.cpp_paged_attention import have_compiler
+from minfer.ops.backends import have_compiler
+from minfer.units import ceil_div
 from minfer.workload import WorkItem, bursts, fixed_mix, load_workload, long_prompt_spike, poisson, submit
 
 Runner = Callable[[list[WorkItem]], "Summary | tuple[int, float]"]
-RUNNERS: dict[str, Runner] = {}  # name → runner; the default benchmark runs those in DEFAULT_SYSTEMS
-DEFAULT_SYSTEMS = ["minfer continuous batching", "minfer continuous batching, C++ attention",
-                   "minfer continuous batching, bfloat16", "minfer static batching", "HF generate, static batches",
-                   "HF continuous batching"]
-
-
-def register_runner(name: str, runner: Runner | None = None) -> Any:
-    """Add a system: ``register_runner("name", fn)``, or as a decorator ``@register_runner("name")``."""
-    if runner is None:
-        return lambda fn: register_runner(name, fn)
-    RUNNERS[name] = runner
-    return runner
 
 
 @dataclass(slots=True)
@@ -82,16 +71,10 @@ class Result:
 def cached_model(model: str, device: str = "cpu", dtype: str = "auto") -> tuple[Any, Any]:
     """(model, tokenizer), loaded once per process however many configurations use it
     (``dtype="auto"`` and the dtype it resolves to share one copy)."""
-    from minfer.engine import resolve_dtype
+    from minfer.model.loader import load_model_cached
+    from minfer.runner import resolve_dtype
 
-    return _load(model, device, str(resolve_dtype(dtype, device)).removeprefix("torch."))
-
-
-@functools.lru_cache(maxsize=2)
-def _load(model: str, device: str, dtype: str) -> tuple[Any, Any]:
-    from minfer.model.loader import load_model
-
-    return load_model(model, device, dtype)
+    return load_model_cached(model, device, resolve_dtype(dtype, device))
 
 
 def run_engine(workload: Sequence[WorkItem], config: EngineConfig, slo: SLO | None = None, seed: int = 0,
@@ -119,11 +102,30 @@ def engine_runner(config: EngineConfig, slo: SLO | None = None, seed: int = 0) -
 # the README benchmark's engine: every request fits in one batch; up to 8 prompts share a step's 512-token
 # prefill budget (the default, one prompt per step, suits latency more than offline throughput)
 README_ENGINE = dict(max_num_seqs=32, max_prefill_chunks_per_step=8)
-register_runner("minfer continuous batching", engine_runner(EngineConfig(**README_ENGINE)))
-register_runner("minfer continuous batching, bfloat16", engine_runner(EngineConfig(**README_ENGINE, dtype="bfloat16")))
+
+# every system by name; the default benchmark runs them in this order
+RUNNERS: dict[str, Runner] = {
+    "minfer continuous batching": engine_runner(EngineConfig(**README_ENGINE)),
+    "minfer continuous batching, bfloat16": engine_runner(EngineConfig(**README_ENGINE, dtype="bfloat16")),
+    "minfer static batching": minfer_static_system,
+    "HF generate, static batches": hf_static_system,
+    "HF continuous batching": hf_continuous_system,
+}
 if have_compiler():  # the same engine with the compiled decode kernel (built on first use, about 30 s)
-    register_runner("minfer continuous batching, C++ attention",
-                    engine_runner(EngineConfig(**README_ENGINE, attention_backend="cpp")))
+    RUNNERS["minfer continuous batching, C++ attention"] = engine_runner(
+        EngineConfig(**README_ENGINE, attention_backend="cpp"))
+DEFAULT_SYSTEMS = ["minfer continuous batching", "minfer continuous batching, C++ attention",
+                   "minfer continuous batching, bfloat16", "minfer static batching", "HF generate, static batches",
+                   "HF continuous batching"]
+
+
+def register_runner(name: str, runner: Runner | None = None) -> Any:
+    """Add a system of your own (``--system NAME`` runs it): ``register_runner("name", fn)``, or as a
+    decorator ``@register_runner("name")``."""
+    if runner is None:
+        return lambda fn: register_runner(name, fn)
+    RUNNERS[name] = runner
+    return runner
 
 
 def run_system(name: str, runner: Runner, workload: list[WorkItem], config: dict | None = None) -> Result:
@@ -271,17 +273,11 @@ def build_workload(args: argparse.Namespace) -> list[WorkItem]:
         return poisson(n, args.rate, seed=seed)
     if kind == "burst":
         size = min(n, 16)  # bursts of 16 arriving at the mean rate; the last one cut to make n requests
-        return bursts(-(-n // size), size, interval=size / args.rate, seed=seed)[:n]
+        return bursts(ceil_div(n, size), size, interval=size / args.rate, seed=seed)[:n]
     if kind == "spike":
         base = poisson(n, args.rate, seed=seed)
         return long_prompt_spike(base, at=base[len(base) // 2].arrival_time, count=2, prompt_len=4096)
     return load_workload(kind)
-
-
-def discover_systems() -> None:
-    """Systems defined in other modules register themselves on import (``minfer.baselines``, if present)."""
-    if importlib.util.find_spec("minfer.baselines") is not None:
-        importlib.import_module("minfer.baselines")
 
 
 def main(argv: Sequence[str] | None = None) -> list[Result]:
@@ -306,7 +302,6 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     p.add_argument("--list", action="store_true", help="list the registered systems")
     args = p.parse_args(argv)
 
-    discover_systems()
     if args.list:
         print("\n".join(RUNNERS))
         return []
@@ -356,8 +351,4 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
 
 
 if __name__ == "__main__":
-    # run the importable module's main, not this __main__ copy: systems registered by other modules
-    # (minfer.baselines) land in minfer.bench.RUNNERS, which a second copy of this file would not see
-    from minfer.bench import main as _main
-
-    _main()
+    main()

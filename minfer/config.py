@@ -1,6 +1,8 @@
 """EngineConfig: every knob of the engine in one place, checked when it is built.
 
-A bad value fails here, with the field's name and what it accepts, before any weights are loaded.
+A bad value fails here, with the field's name and what it accepts, before any weights are loaded. The
+names an option accepts are ``Literal`` types from ``minfer.types``, so the type checker and this check
+read the same list.
 """
 
 from __future__ import annotations
@@ -8,24 +10,27 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, fields
 
-POLICIES = ("fcfs", "priority", "fair")
-ADMISSIONS = ("optimistic", "reserve")
-EXECUTORS = ("model", "sim")
-BACKENDS = ("auto", "torch", "triton", "cpp")
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-TIMEOUT_ACTIONS = ("finish", "promote")
+from minfer import fields as check
+from minfer.types import (
+    AdmissionMode,
+    BackendName,
+    DType,
+    ExecutorName,
+    PolicyName,
+    TimeoutAction,
+    allowed,
+)
+from minfer.units import parse_bytes
 
+POLICIES = allowed(PolicyName)
+ADMISSIONS = allowed(AdmissionMode)
+EXECUTORS = allowed(ExecutorName)
+BACKENDS = allowed(BackendName)
+DTYPES = allowed(DType)
+TIMEOUT_ACTIONS = allowed(TimeoutAction)
 
-def parse_bytes(value: int | float | str) -> int:
-    """``"512MiB"``, ``"2 GB"``, ``1e9`` → bytes."""
-    if isinstance(value, (int, float)):
-        return int(value)
-    m = re.fullmatch(r"\s*([\d.]+)\s*([KMGT]?)(i?)B?\s*", value, re.IGNORECASE)
-    if not m:
-        raise ValueError(f"kv_cache_memory: cannot read {value!r} as a size (examples: '512MiB', '2GB')")
-    num, unit, binary = float(m[1]), m[2].upper(), m[3]
-    base = 1024 if binary or not unit else 1000
-    return int(num * base ** " KMGT".index(unit or " "))
+__all__ = ["ADMISSIONS", "BACKENDS", "DTYPES", "EXECUTORS", "POLICIES", "TIMEOUT_ACTIONS", "EngineConfig",
+           "parse_bytes"]
 
 
 @dataclass(slots=True)
@@ -33,10 +38,10 @@ class EngineConfig:
     # what runs
     model: str = "smollm2-135m"  # alias, HF checkpoint dir, .gguf file; with executor="sim" a model spec name
     device: str = "cpu"  # "cpu" or "cuda" ("cuda:1" ...)
-    dtype: str = "auto"  # auto: bfloat16 on CUDA, float32 on CPU
-    executor: str = "model"  # "model" (real forward passes) or "sim" (roofline cost model, no weights)
+    dtype: DType = "auto"  # auto: bfloat16 on CUDA, float32 on CPU
+    executor: ExecutorName = "model"  # "model" (real forward passes) or "sim" (roofline cost model, no weights)
     hardware: str | None = None  # sim only: a hardware spec name such as "H100-SXM"
-    attention_backend: str = "auto"  # auto: Triton on CUDA, the torch reference on CPU; "cpp": compiled CPU kernel
+    attention_backend: BackendName = "auto"  # a name in minfer.ops.backends.BACKENDS; auto: per device
     cuda_graphs: bool = True  # capture decode steps in CUDA graphs (CUDA only)
     seed: int = 0  # for requests sampled without their own seed
 
@@ -53,60 +58,58 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     chunked_prefill_size: int = 512  # prompt tokens one step may ingest
     max_prefill_chunks_per_step: int = 1  # prompts (chunks) one step may work on
-    admission: str = "optimistic"  # "reserve": hold blocks for prompt + max_tokens from admission
+    admission: AdmissionMode = "optimistic"  # "reserve": hold blocks for prompt + max_tokens from admission
 
     # who goes first, who is refused
-    policy: str = "fcfs"
+    policy: PolicyName = "fcfs"
     priority_preemption: bool = False  # policy="priority": a higher-priority arrival may preempt
     tenant_weights: dict[str, float] = field(default_factory=dict)  # policy="fair"; missing tenants weigh 1
     max_waiting: int | None = None  # queue capacity; beyond it requests are rejected at once
     max_queue_time: float | None = None  # seconds a request may wait before it times out (or is promoted)
-    queue_timeout_action: str = "finish"  # "finish" (finish_reason "timeout") or "promote"
+    queue_timeout_action: TimeoutAction = "finish"  # "finish" (finish_reason "timeout") or "promote"
     ttft_slo: float | None = None  # shed waiting requests that can no longer reach their first token in time
     enable_prefix_caching: bool = False
 
     record_trace: bool = True  # keep a StepTrace per step (turn off for very long simulations)
+    debug_checks: bool = False  # check scheduler and pool invariants after every step (tests, notebooks)
 
     def __post_init__(self) -> None:
-        def choice(name: str, allowed: tuple[str, ...]) -> None:
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
-
-        def at_least(name: str, low: float, optional: bool = False) -> None:
-            v = getattr(self, name)
-            if v is None and optional:
-                return
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or v < low:
-                raise ValueError(f"{name} must be >= {low}{' or None' if optional else ''}, got {v!r}")
-
-        choice("policy", POLICIES)
-        choice("admission", ADMISSIONS)
-        choice("executor", EXECUTORS)
-        choice("attention_backend", BACKENDS)
-        choice("dtype", DTYPES)
-        choice("queue_timeout_action", TIMEOUT_ACTIONS)
+        check.one_of("policy", self.policy, POLICIES)
+        check.one_of("admission", self.admission, ADMISSIONS)
+        check.one_of("executor", self.executor, EXECUTORS)
+        check.one_of("attention_backend", self.attention_backend, BACKENDS)
+        check.one_of("dtype", self.dtype, DTYPES)
+        check.one_of("queue_timeout_action", self.queue_timeout_action, TIMEOUT_ACTIONS)
+        for name in ("cuda_graphs", "enable_chunked_prefill", "priority_preemption", "enable_prefix_caching",
+                     "record_trace", "debug_checks"):
+            check.boolean(name, getattr(self, name))
         for name, on in (("priority_preemption", self.priority_preemption),
                          ("queue_timeout_action='promote'", self.queue_timeout_action == "promote")):
             if on and self.policy != "priority":
                 raise ValueError(f"{name} acts on request priorities: it needs policy='priority', "
                                  f"got policy={self.policy!r}")
-        if not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
+        if not isinstance(self.device, str) or not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
         if self.attention_backend == "cpp" and self.device != "cpu":
             raise ValueError("attention_backend='cpp' is a CPU kernel; on CUDA use 'triton' (or 'auto')")
         for name in ("block_size", "max_num_seqs", "chunked_prefill_size", "max_prefill_chunks_per_step"):
-            at_least(name, 1)
+            check.integer(name, getattr(self, name), 1)
         for name in ("num_blocks", "max_model_len", "max_num_batched_tokens"):
-            at_least(name, 1, optional=True)
-        at_least("max_waiting", 0, optional=True)
+            if getattr(self, name) is not None:
+                check.integer(name, getattr(self, name), 1)
+        if self.max_waiting is not None:
+            check.integer("max_waiting", self.max_waiting, 0)
         for name in ("max_queue_time", "ttft_slo"):
-            at_least(name, 0, optional=True)
-        if not 0 < self.gpu_memory_utilization <= 1:
-            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization!r}")
+            if getattr(self, name) is not None:
+                check.real(name, getattr(self, name), 0.0)
+        check.integer("seed", self.seed, 0, check.INT63_MAX)
+        check.real("gpu_memory_utilization", self.gpu_memory_utilization, 0.0, 1.0, low_open=True)
         if parse_bytes(self.kv_cache_memory) <= 0:
             raise ValueError(f"kv_cache_memory must be positive, got {self.kv_cache_memory!r}")
-        if any(w <= 0 for w in self.tenant_weights.values()):
-            raise ValueError(f"tenant_weights must all be > 0, got {self.tenant_weights!r}")
+        if not isinstance(self.tenant_weights, dict) or any(
+                not isinstance(t, str) or isinstance(w, bool) or not isinstance(w, (int, float)) or not w > 0
+                for t, w in self.tenant_weights.items()):
+            raise ValueError(f"tenant_weights must map tenant names to weights > 0, got {self.tenant_weights!r}")
         if self.executor == "sim" and self.hardware is None:
             raise ValueError("executor='sim' needs hardware=..., e.g. 'H100-SXM' (see minfer.sim.HARDWARE)")
 

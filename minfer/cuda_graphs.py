@@ -28,7 +28,8 @@ import torch
 from torch import Tensor
 
 from minfer.model.llama import LlamaModel
-from minfer.ops.paged_attention import AttentionMetadata
+from minfer.ops.attention import AttentionMetadata
+from minfer.units import ceil_div
 
 
 def capture_sizes(max_batch: int) -> list[int]:
@@ -51,9 +52,9 @@ class DecodeGraphs:
         self.runner = runner
         self.sizes = capture_sizes(max_batch)
         self.replays = 0  # decode steps served by the padded path (tests and benchmarks read it)
-        n, dev, bs = self.sizes[-1], runner.device, runner.pool.block_size
+        n, dev, bs = self.sizes[-1], runner.device, runner.kv_cache.block_size
         cfg = runner.model.config
-        self.max_blocks = min(runner.pool.num_blocks, -(-cfg.max_position_embeddings // bs))  # table width
+        self.max_blocks = min(runner.kv_cache.num_blocks, ceil_div(cfg.max_position_embeddings, bs))  # table width
         # static inputs: every graph reads its first `size` rows; the values here are all "padding"
         self.input_ids = torch.zeros(n, dtype=torch.long, device=dev)
         self.positions = torch.zeros(n, dtype=torch.long, device=dev)
@@ -80,7 +81,7 @@ class DecodeGraphs:
         return AttentionMetadata(
             slot_mapping=self.slot_mapping[:size], query_start_loc=self.query_start_loc[: size + 1],
             seq_lens=self.seq_lens[:size], block_tables=self.block_tables[:size],
-            num_decodes=size, max_query_len=1, max_seq_len=self.max_blocks * self.runner.pool.block_size,
+            num_decodes=size, max_query_len=1, max_seq_len=self.max_blocks * self.runner.kv_cache.block_size,
         )
 
     def _forward(self, size: int) -> Tensor:
@@ -118,13 +119,12 @@ class DecodeGraphs:
 
 def enable_cuda_graphs(runner, max_batch: int) -> DecodeGraphs | None:
     """Capture decode graphs for batch sizes up to ``max_batch`` and route ``runner.forward`` through them."""
-    from minfer.ops.triton_paged_attention import triton_paged_attention
-
     if runner.device.type != "cuda":
         return None
-    if runner.kv_cache._paged_attention is not triton_paged_attention:
-        warnings.warn("CUDA graphs need attention_backend='triton' (the PyTorch reference reads lengths on "
-                      "the host, which a graph cannot capture): decode steps run eagerly", stacklevel=2)
+    backend = runner.kv_cache.backend
+    if not backend.graph_safe:
+        warnings.warn(f"CUDA graphs need a graph-safe attention backend such as 'triton'; {backend.name!r} reads "
+                      "lengths on the host, which a graph cannot capture: decode steps run eagerly", stacklevel=2)
         return None
     graphs = DecodeGraphs(runner, max_batch)
     runner.forward = graphs

@@ -10,21 +10,28 @@ One ``step()`` is the whole data flow of an inference server:
 Time is kept on the engine's own clock, ``engine.now``: each step advances it by the step's measured
 wall time (real model) or modelled time (simulator), and it jumps over idle gaps to the next arrival.
 So a workload with arrival times replays the same way in a notebook, a test, or a simulated H100.
+
+One bad request must never fail the others. Every field is checked when the request is added (a clear
+``ValueError`` naming the field, and nothing changes); and if a step still fails, the engine finds the
+request(s) whose chunk makes it fail -- running halves of the step until each failing part is one request --
+ends those with finish reason ``"error"`` and serves everyone else.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
+import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-import torch
 from tqdm.auto import tqdm
 
-from minfer.config import EngineConfig, parse_bytes
+from minfer import fields
+from minfer.config import EngineConfig
+from minfer.detokenizer import Detokenizer
+from minfer.executor import ExecutorSetup, ModelOutput
 from minfer.kv.block_pool import BlockPool
 from minfer.request import (
     CompletionOutput,
@@ -32,16 +39,26 @@ from minfer.request import (
     RequestOutput,
     SamplingParams,
 )
-from minfer.scheduler.scheduler import Scheduler, SchedulerOutput, step_budgets
+from minfer.runner import build_model_executor, resolve_dtype
+from minfer.scheduler.scheduler import Scheduler, SchedulerOutput, StopCheck
+from minfer.sim.executor import build_sim_executor
 from minfer.trace import StepTrace
 
+__all__ = ["EXECUTORS", "LLM", "LLMEngine", "Prompt", "build_executor", "resolve_dtype"]
+
 Prompt = str | Sequence[int]
+logger = logging.getLogger("minfer.engine")
+
+# EngineConfig.executor → the function that builds it (a new executor: one entry here, one Literal name)
+EXECUTORS: dict[str, Callable[[EngineConfig, Any, Any], ExecutorSetup]] = {
+    "model": build_model_executor,  # the real model (runner.py)
+    "sim": build_sim_executor,  # a roofline cost model of a GPU, no weights (sim/executor.py)
+}
 
 
-def resolve_dtype(dtype: str, device: str) -> torch.dtype:
-    if dtype == "auto":
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
-    return getattr(torch, dtype)
+def build_executor(config: EngineConfig, model: Any = None, tokenizer: Any = None) -> ExecutorSetup:
+    """The executor ``config.executor`` names, with what the engine must know before its first step."""
+    return EXECUTORS[config.executor](config, model, tokenizer)
 
 
 class LLMEngine:
@@ -63,80 +80,39 @@ class LLMEngine:
         self.now = 0.0
         self.trace: list[StepTrace] = []
         self.finished: list[Request] = []  # every request that ended, in order (metrics read these)
-        self._texts: dict[str, str] = {}  # detokenized output so far, per unfinished request
-        self._aborted: list[Request] = []
+        self._ended_between_steps: list[Request] = []  # aborted since the last step: the next step reports them
         self._stream = True  # an output for every request that got a token (run() needs only the finished)
         self._step_index = 0
-        if config.executor == "sim":
-            from minfer.sim.executor import build_sim_executor
-
-            self.executor, self.model, self.tokenizer, num_blocks, self.max_model_len, self.eos_token_ids = (
-                build_sim_executor(config)
-            )
-            self.block_pool = BlockPool(num_blocks, config.block_size)
-        else:
-            self._build_model_executor(model, tokenizer)
+        setup = build_executor(config, model, tokenizer)
+        self.executor = setup.executor
+        self.model, self.tokenizer, self.kv_cache = setup.model, setup.tokenizer, setup.kv_cache
+        self.max_model_len, self.vocab_size, self.eos_token_ids = (
+            setup.max_model_len, setup.vocab_size, setup.eos_token_ids)
+        self.detokenizer = Detokenizer(setup.tokenizer) if setup.tokenizer is not None else None
+        self.block_pool = BlockPool(setup.num_blocks, config.block_size)
         self.scheduler = Scheduler(config, self.block_pool, self.max_model_len)
-
-    def _build_model_executor(self, model: Any, tokenizer: Any) -> None:
-        from minfer.cpu_malloc import keep_freed_memory
-        from minfer.kv.cache import PagedKVCache, num_blocks_for_gpu, num_blocks_for_memory
-        from minfer.model.loader import load_model
-        from minfer.ops import attention_ops
-        from minfer.runner import ModelRunner
-
-        cfg = self.config
-        dtype = resolve_dtype(cfg.dtype, cfg.device)
-        if cfg.device.startswith("cuda") and not torch.cuda.is_available():
-            raise ValueError("device='cuda' but torch sees no CUDA GPU (is a CUDA build of torch installed?)")
-        # before any weights load: on the CPU, Triton's interpreter must be on before `triton` is imported
-        store_kv, paged_attention = attention_ops(cfg.attention_backend, cfg.device)
-        if cfg.device == "cpu":  # each step's activations reuse the last step's memory (see cpu_malloc.py)
-            keep_freed_memory()
-        if model is None:
-            model, tokenizer = load_model(cfg.model, cfg.device, dtype)
-        elif tokenizer is None:
-            raise ValueError("pass the tokenizer together with a preloaded model")
-        else:
-            model = model.to(device=cfg.device, dtype=dtype)
-        self.model, self.tokenizer = model, tokenizer
-        mcfg = model.config
-        self.max_model_len = min(cfg.max_model_len or mcfg.max_position_embeddings, mcfg.max_position_embeddings)
-        self.eos_token_ids = tuple(sorted({tokenizer.eos_token_id, *mcfg.eos_token_ids}))
-        num_blocks = cfg.num_blocks
-        if num_blocks is None:
-            if cfg.device.startswith("cuda"):
-                from minfer.cuda_graphs import profile_forward
-
-                # the largest step's activations stay reserved by PyTorch, so the pool leaves room for them
-                # (CUDA-graph capture empties that cache and allocates its own; the 1 - gpu_memory_utilization
-                # left over, 10% by default, is the margin that covers the difference)
-                step_tokens = step_budgets(cfg, self.max_model_len)[1]
-                profile_forward(model, step_tokens, cfg.max_num_seqs)
-                num_blocks = num_blocks_for_gpu(mcfg, cfg.block_size, dtype, cfg.gpu_memory_utilization, cfg.device)
-            else:
-                num_blocks = num_blocks_for_memory(mcfg, cfg.block_size, dtype, parse_bytes(cfg.kv_cache_memory))
-        if num_blocks < 1:
-            raise ValueError("no memory left for KV cache blocks: lower the model size or raise the memory budget")
-        self.kv_cache = PagedKVCache(mcfg, num_blocks, cfg.block_size, dtype, cfg.device, store_kv, paged_attention)
-        self.block_pool = BlockPool(num_blocks, cfg.block_size)
-        self.executor = ModelRunner(model, self.kv_cache, self.block_pool, seed=cfg.seed)
-        if cfg.device.startswith("cuda") and cfg.cuda_graphs:
-            from minfer.cuda_graphs import enable_cuda_graphs
-
-            with torch.cuda.device(torch.device(cfg.device)):  # capture on this engine's GPU, not the current one
-                enable_cuda_graphs(self.executor, max_batch=cfg.max_num_seqs)
 
     # ---- requests --------------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt: Prompt, params: SamplingParams | None = None,
                     priority: int = 0, tenant: str | None = None, arrival_time: float | None = None) -> Request:
-        """Queue a request. Bad input raises ``ValueError`` and changes nothing."""
-        params = params or SamplingParams()
-        params.validate()
-        request_id = str(request_id)
+        """Queue a request. Bad input raises ``ValueError`` naming the field, and changes nothing.
+
+        The engine keeps its own checked copy of ``params``: changing the caller's object later cannot reach
+        a request that is already running."""
+        request_id = fields.text("request_id", request_id)  # type: ignore[assignment]
         if request_id in self.scheduler.requests:
             raise ValueError(f"request_id {request_id!r} is already in use by an unfinished request")
-        text = prompt if isinstance(prompt, str) else None
+        if params is None:
+            params = SamplingParams()
+        elif not isinstance(params, SamplingParams):
+            raise ValueError(f"params must be a SamplingParams (or None for the defaults), got {type(params).__name__}")
+        params = replace(params)  # a fresh, re-validated copy (its lists are new lists)
+        if self.vocab_size is not None:
+            params.check_vocabulary(self.vocab_size)
+        priority = fields.integer("priority", priority, -fields.INT32_MAX - 1, fields.INT32_MAX)
+        tenant = fields.text("tenant", tenant, optional=True)
+        if arrival_time is not None:
+            arrival_time = fields.real("arrival_time", arrival_time, 0.0)
         ids = self._tokenize(prompt)
         if not ids:
             raise ValueError("prompt is empty: a request needs at least one prompt token")
@@ -145,21 +121,15 @@ class LLMEngine:
                 f"prompt has {len(ids)} tokens; the model's limit (max_model_len) is {self.max_model_len}, "
                 "and a request needs room for at least one new token"
             )
-        if arrival_time is not None and not math.isfinite(arrival_time):
-            raise ValueError(f"arrival_time must be a finite number of seconds, got {arrival_time!r}")
-        if not isinstance(priority, int) or isinstance(priority, bool):
-            raise ValueError(f"priority must be an integer (lower is served first), got {priority!r}")
-        if tenant is not None and not isinstance(tenant, str):
-            raise ValueError(f"tenant must be a string or None, got {tenant!r}")
-        req = Request(request_id, list(ids), params, self.now if arrival_time is None else float(arrival_time),
-                      prompt=text, priority=priority, tenant=tenant, eos_token_ids=self.eos_token_ids)
+        req = Request(request_id, ids, params, self.now if arrival_time is None else arrival_time,
+                      prompt=prompt if isinstance(prompt, str) else None, priority=priority, tenant=tenant,
+                      eos_token_ids=self.eos_token_ids)
         pool = self.block_pool
         if (need := pool.blocks_for(req.max_kv_slots(self.max_model_len))) > pool.num_blocks:
             raise ValueError(
                 f"prompt of {len(ids)} tokens + max_tokens={params.max_tokens} needs {need} KV blocks of "
                 f"{pool.block_size} tokens but the whole pool has {pool.num_blocks} (num_blocks): it could never finish"
             )
-        self._texts[request_id] = ""
         self.scheduler.add_request(req, self.now)
         return req
 
@@ -168,34 +138,37 @@ class LLMEngine:
             if self.tokenizer is None:
                 raise ValueError("this engine has no tokenizer (simulator): pass prompts as token-id lists")
             return self.tokenizer.encode(prompt)
-        ids = list(prompt)
-        vocab = self.model.config.vocab_size if self.model is not None else None
-        for t in ids:
-            if not isinstance(t, int) or t < 0 or (vocab is not None and t >= vocab):
-                raise ValueError(f"prompt token ids must be integers in [0, {vocab}), got {t!r}")
-        return ids
+        high = self.vocab_size - 1 if self.vocab_size is not None else None
+        if not isinstance(prompt, (list, tuple)):
+            raise ValueError(f"prompt must be a string or a list of token ids, got {type(prompt).__name__}")
+        return fields.integer_list("prompt token ids", prompt, 0, high)
 
     def abort_request(self, request_id: str) -> bool:
         """Stop a request now (its blocks are freed); False if no unfinished request has that id."""
-        req = self.scheduler.requests.get(str(request_id))
+        req = self.scheduler.requests.get(request_id) if isinstance(request_id, str) else None
         if req is None:
             return False
         self.scheduler.finish(req, "abort", None, self.now)
-        self._aborted.append(req)
+        self._ended_between_steps.append(req)
         return True
 
     def _discard(self, request_id: str) -> None:
         """Take back a request that was just added, as if it never had been: no output, nothing kept."""
-        req = self.scheduler.requests[request_id]
-        self.scheduler.finish(req, "abort", None, self.now)
-        self._texts.pop(request_id, None)
+        self.scheduler.finish(self.scheduler.requests[request_id], "abort", None, self.now)
+        self.scheduler.notes.pop(request_id, None)
+        self.scheduler.joined = [r for r in self.scheduler.joined if r.request_id != request_id]
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished_requests() or bool(self._aborted)
+        return self.scheduler.has_unfinished_requests() or bool(self._ended_between_steps)
 
     @property
     def num_unfinished_requests(self) -> int:
         return len(self.scheduler.requests)
+
+    def unfinished_requests(self) -> list[Request]:
+        """Every request added and not finished yet (not arrived, queued or running), in the order added:
+        what a widget or server reads instead of the scheduler's own bookkeeping."""
+        return list(self.scheduler.requests.values())
 
     # ---- one step --------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
@@ -207,68 +180,98 @@ class LLMEngine:
         t0 = time.perf_counter()
         out = sched.schedule(start)
         t1 = time.perf_counter()
-        sampled, model_time = self.executor.execute(out) if out.chunks else ({}, 0.0)
+        # a step with nothing to compute (only refusals or timeouts) takes no time
+        result, failed = self._execute(out) if out.chunks else (ModelOutput(duration=0.0), {})
         t2 = time.perf_counter()
         # tokens exist once the forward pass is done: on the modelled clock, or the measured one
-        done = start + (model_time if model_time is not None else t2 - t0)
-        changed = sched.update(out, sampled, done)
-        outputs = self._outputs(changed, out.finished, done)
+        done = start + (result.duration if result.duration is not None else t2 - t0)
+        checks = sched.update(out, result.sampled, done)
+        for req, why in failed.items():
+            sched.finish(req, "error", why, done)
+        outputs = self._finish_and_report(checks, out.finished + list(failed), done)
         t3 = time.perf_counter()
-        duration = model_time if model_time is not None else t3 - t0
+        duration = result.duration if result.duration is not None else t3 - t0
         self.now = start + duration
         sched.observe_step(out, duration)
+        notes, joined = sched.take_log()
         if self.config.record_trace:
-            self.trace.append(self._trace(out, outputs, start, duration, (t1 - t0) + (t3 - t2)))
+            self.trace.append(self._trace(out, outputs, start, duration, (t1 - t0) + (t3 - t2), notes, joined))
+        if self.config.debug_checks:
+            sched.check_invariants()
         self._step_index += 1
         return outputs
 
-    def _outputs(self, changed: list[Request], ended: list[Request], now: float) -> list[RequestOutput]:
-        """Outputs for requests that got a token, then for those that ended without one (refused, timed
-        out, aborted). Finished requests move to ``self.finished``."""
+    def _execute(self, out: SchedulerOutput) -> tuple[ModelOutput, dict[Request, str]]:
+        """Run the step. If it fails, find the requests it fails for -- halves of the step are run until
+        each failing part is one request -- and serve the rest. Their chunks leave ``out`` (they computed
+        nothing); returns the result and, per failed request, what went wrong. K/V a failed attempt wrote is
+        written again, identically, by the attempt that succeeds."""
+        try:
+            return self.executor.execute(out), {}
+        except Exception as first:
+            if len(out.chunks) == 1:  # nothing to halve: it is this request's step
+                req = out.chunks.pop().request
+                return ModelOutput(), {req: self._failure(req, first)}
+        merged, failed = ModelOutput(), {}
+        durations: list[float | None] = []
+
+        def run(chunks: list) -> None:
+            try:
+                r = self.executor.execute(SchedulerOutput(chunks=chunks))
+            except Exception as e:
+                if len(chunks) == 1:
+                    failed[chunks[0].request] = self._failure(chunks[0].request, e)
+                    return
+                run(chunks[: len(chunks) // 2])
+                run(chunks[len(chunks) // 2 :])
+                return
+            merged.sampled.update(r.sampled)
+            durations.append(r.duration)
+
+        run(out.chunks[: len(out.chunks) // 2])
+        run(out.chunks[len(out.chunks) // 2 :])
+        out.chunks = [c for c in out.chunks if c.request not in failed]
+        if durations and all(d is not None for d in durations):
+            merged.duration = sum(durations)  # type: ignore[arg-type]
+        return merged, failed
+
+    @staticmethod
+    def _failure(req: Request, error: Exception) -> str:
+        message = f"{type(error).__name__}: {error}"
+        logger.error("request %r failed in a step and ends with finish reason 'error' (the others go on): %s",
+                     req.request_id, message, exc_info=error)
+        return message
+
+    def _finish_and_report(self, checks: list[StopCheck], ended: list[Request], now: float) -> list[RequestOutput]:
+        """End what must end, then build outputs: first for requests that got a token, then for those that
+        ended without one (refused, timed out, aborted, failed). Finished requests move to ``self.finished``."""
         outputs = []
-        for req in changed:
-            new_text = self._detokenize(req, now)  # may finish it (a stop string)
+        detok = self.detokenizer
+        for req, reason, why in checks:
+            new_text = ""
+            if detok is not None and (self._stream or req.params.stop or reason):  # run(): decode once, at the end
+                try:
+                    update = detok.update(req, reason)
+                except Exception as e:  # a tokenizer failing on one request's tokens fails that request only
+                    reason, why = "error", self._failure(req, e)
+                else:
+                    new_text = update.new_text
+                    if update.stop is not None:  # a stop string, even one the last allowed token completed
+                        reason, why = "stop", update.stop
+            if reason is not None:
+                self.scheduler.finish(req, reason, why, now)
             if self._stream or req.is_finished:
                 outputs.append(self._output(req, [req.output_token_ids[-1]], new_text))
-        outputs += [self._output(req, [], self._detokenize(req, now)) for req in ended + self._aborted]
-        self._aborted = []
+        for req in ended + self._ended_between_steps:
+            new_text = detok.update(req, req.finish_reason).new_text if detok is not None else ""
+            outputs.append(self._output(req, [], new_text))
+        self._ended_between_steps = []
         return outputs
-
-    def _detokenize(self, req: Request, now: float) -> str:
-        """The text this step adds to the request's stream; finishes the request on a stop string.
-
-        The whole output is decoded again each time: the simplest detokenizer that is always right, since a
-        token's text can depend on its neighbours. ``self._texts`` keeps what was streamed so far. Two things
-        wait until they are settled: a trailing "\ufffd" (a character whose other bytes come with the next
-        token), and, while stop strings are set, the last characters that could still begin one -- a client
-        must never receive text that a stop string then removes."""
-        stops = req.params.stop
-        if self.tokenizer is None or not (self._stream or stops or req.is_finished):
-            return ""  # run() reads only final outputs: decode once, at the end
-        streamed = self._texts.get(req.request_id, "")
-        text = self.tokenizer.decode(req.output_token_ids)
-        if stops and req.finish_reason in (None, "length"):  # the last token may complete a stop string too
-            for s in stops:
-                at = text.find(s, max(0, len(streamed) - len(s)))
-                if at >= 0:
-                    text = text[:at]
-                    if req.is_finished:  # by max_tokens in this very step: the stop string wins, as in vLLM
-                        req.finish_reason, req.stop_reason = "stop", s
-                    else:
-                        self.scheduler.finish(req, "stop", s, now)
-                    break
-        settled = text
-        if not req.is_finished:
-            if stops:
-                settled = settled[: max(0, len(settled) - max(map(len, stops)) + 1)]
-            settled = settled.rstrip("\ufffd")
-        new = settled[len(streamed):] if settled.startswith(streamed) else ""
-        self._texts[req.request_id] = text if req.is_finished else streamed + new
-        return new
 
     def _output(self, req: Request, new_ids: list[int], new_text: str) -> RequestOutput:
         finished = req.is_finished
-        text = self._texts.pop(req.request_id, "") if finished else self._texts.get(req.request_id, "")
+        detok = self.detokenizer
+        text = "" if detok is None else detok.pop(req.request_id) if finished else detok.text(req.request_id)
         if finished:
             self.finished.append(req)
         return RequestOutput(
@@ -278,8 +281,10 @@ class LLMEngine:
         )
 
     def _trace(self, out: SchedulerOutput, outputs: list[RequestOutput], start: float, duration: float,
-               sched_time: float) -> StepTrace:
-        prefill, decode, positions = {}, {}, {}
+               sched_time: float, notes: dict[str, str], joined: list[Request]) -> StepTrace:
+        prefill: dict[str, int] = {}
+        decode: dict[str, int] = {}
+        positions: dict[str, int] = {}
         for c in out.chunks:
             rid = c.request.request_id
             (decode if c.is_decode else prefill)[rid] = c.num_tokens
@@ -288,15 +293,16 @@ class LLMEngine:
         pool, sched = self.block_pool, self.scheduler
         return StepTrace(
             step=self._step_index, start_time=start, duration=duration,
-            prefill_tokens=prefill, decode_tokens=decode, positions=positions,
-            blocks={r.request_id: len(pool.tables[r.request_id]) for r in sched.running},
+            prefill_tokens=prefill, decode_tokens=decode, positions=positions, blocks=sched.blocks_held(),
             num_running=len(sched.running), num_waiting=sched.num_waiting, num_pending=sched.num_pending,
             num_free_blocks=pool.num_free_blocks, num_blocks=pool.num_blocks,
             admitted=[r.request_id for r in out.admitted], preempted=[r.request_id for r in out.preempted],
             finished=[o.request_id for o in finished],
-            finish_reasons={o.request_id: o.outputs[0].finish_reason for o in finished},
+            finish_reasons={o.request_id: o.outputs[0].finish_reason for o in finished},  # type: ignore[misc]
             num_cached_tokens=out.num_cached_tokens, num_cached_blocks=pool.num_cached_blocks,
-            scheduler_time=sched_time,
+            scheduler_time=sched_time, reasons=notes,
+            tenants={r.request_id: r.tenant for r in joined if r.tenant is not None},
+            priorities={r.request_id: r.priority for r in joined if r.priority != 0},
         )
 
     # ---- conveniences ----------------------------------------------------------------------------
@@ -336,20 +342,17 @@ class LLM:
     def generate(self, prompts: Prompt | Sequence[Prompt], sampling_params: SamplingParams |
                  Sequence[SamplingParams] | None = None, use_tqdm: bool = True) -> list[RequestOutput]:
         """Generate for every prompt (strings or token-id lists); outputs come back in prompt order."""
-        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
-            prompts = [prompts]
-        prompts = list(prompts)
+        one = isinstance(prompts, str) or (bool(prompts) and isinstance(prompts[0], int))
+        batch: list[Prompt] = [prompts] if one else list(prompts)  # type: ignore[list-item, arg-type]
         if sampling_params is None or isinstance(sampling_params, SamplingParams):
-            params = [sampling_params or SamplingParams()] * len(prompts)
+            params = [sampling_params or SamplingParams()] * len(batch)
         else:
             params = list(sampling_params)
-            if len(params) != len(prompts):
-                raise ValueError(f"got {len(params)} SamplingParams for {len(prompts)} prompts")
-        for p in params:
-            p.validate()
+            if len(params) != len(batch):
+                raise ValueError(f"got {len(params)} SamplingParams for {len(batch)} prompts")
         ids = []
         try:
-            for prompt, p in zip(prompts, params):
+            for prompt, p in zip(batch, params):
                 rid = f"gen-{next(self._ids)}"
                 self.engine.add_request(rid, prompt, p)
                 ids.append(rid)

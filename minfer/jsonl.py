@@ -10,9 +10,12 @@ import json
 from collections.abc import Iterable
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
 
 
 def save_jsonl(records: Iterable[Any], path: str | Path) -> None:

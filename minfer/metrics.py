@@ -96,13 +96,14 @@ class Summary:
 
     def row(self) -> dict[str, float]:
         """The headline numbers as one flat row (for tables)."""
-        r = {"requests": self.num_requests, "duration_s": self.duration, "output_tok_s": self.output_throughput,
+        r: dict[str, float] = {
+             "requests": self.num_requests, "duration_s": self.duration, "output_tok_s": self.output_throughput,
              "ttft_p50": self.ttft.p50, "ttft_p99": self.ttft.p99, "itl_p50": self.itl.p50,
              "itl_p99": self.itl.p99, "tpot_p50": self.tpot.p50, "e2e_p50": self.e2e.p50,
              "e2e_p99": self.e2e.p99, "preemptions": self.num_preemptions}
         if self.goodput is not None:
             r["goodput_req_s"] = self.goodput
-            r["slo_attainment"] = self.slo_attainment
+            r["slo_attainment"] = self.slo_attainment if self.slo_attainment is not None else math.nan
         return r
 
 
@@ -118,7 +119,8 @@ def summarize(requests: Iterable[Request], slo: SLO | None = None, duration: flo
     prompt_tokens = sum(r.num_prompt_tokens for r in served)
     cached = sum(r.metrics.num_cached_tokens for r in served)
     s = Summary(
-        num_requests=len(reqs), finish_reasons=dict(Counter(r.finish_reason for r in reqs)), duration=duration,
+        num_requests=len(reqs), duration=duration,
+        finish_reasons=dict(Counter(r.finish_reason or "unfinished" for r in reqs)),
         prompt_tokens=prompt_tokens, output_tokens=out_tokens, output_throughput=per_s(out_tokens),
         request_throughput=per_s(len(served)),
         ttft=Latency.of([r.metrics.ttft for r in served if r.metrics.ttft is not None]),

@@ -19,8 +19,9 @@ LANGUAGES = {".py": "python", ".cpp": "cpp", ".h": "cpp"}
 
 
 def source_of(obj: Any, lines: tuple[int, int] | None = None) -> str:
-    """The source of a module, class, function, method or file (optionally only lines ``a..b``, 1-based)."""
-    src = obj.read_text() if isinstance(obj, Path) else textwrap.dedent(inspect.getsource(obj))
+    """The source of a module, class, function, method or file (optionally only lines ``a..b``, 1-based).
+    A decorated function shows its own source, not the decorator's wrapper."""
+    src = obj.read_text() if isinstance(obj, Path) else textwrap.dedent(inspect.getsource(_unwrap(obj)))
     if lines:
         src = "\n".join(src.splitlines()[lines[0] - 1 : lines[1]])
     return src
@@ -30,6 +31,7 @@ def show_source(obj: Any, lines: tuple[int, int] | None = None) -> None:
     """Display ``obj``'s source as a highlighted code block, titled with where it lives."""
     from IPython.display import Markdown, display
 
+    obj = obj if isinstance(obj, Path) else _unwrap(obj)
     path = str(obj) if isinstance(obj, Path) else inspect.getsourcefile(obj) or "?"
     rel = path[path.rfind("minfer/"):] if "minfer/" in path else os.path.basename(path)
     start = 1 if isinstance(obj, Path) else inspect.getsourcelines(obj)[1]
@@ -37,6 +39,12 @@ def show_source(obj: Any, lines: tuple[int, int] | None = None) -> None:
         start += lines[0] - 1
     language = LANGUAGES.get(Path(path).suffix, "")
     display(Markdown(f"`{rel}` line {start}\n\n```{language}\n{source_of(obj, lines)}\n```"))
+
+
+def _unwrap(obj: Any) -> Any:
+    """The function under its decorators (``@torch.inference_mode()`` wraps a function in one that lives in
+    torch's ``_contextlib.py``; ``functools.wraps`` leaves the original in ``__wrapped__``)."""
+    return inspect.unwrap(obj) if callable(obj) and not inspect.isclass(obj) else obj
 
 
 def setup_notebook(threads: int | None = None) -> dict[str, str]:

@@ -10,12 +10,14 @@ hit moves it forward. There is no other state to keep in sync.
 from __future__ import annotations
 
 import enum
-import math
 from dataclasses import dataclass, field
 
 import torch
 
-FINISH_REASONS = ("stop", "length", "abort", "rejected", "timeout")
+from minfer import fields
+from minfer.types import FinishReason, allowed
+
+FINISH_REASONS = allowed(FinishReason)
 
 
 class RequestStatus(enum.Enum):
@@ -25,35 +27,53 @@ class RequestStatus(enum.Enum):
     FINISHED = "finished"
 
 
+MAX_TEMPERATURE = 100.0
+
+
 @dataclass(slots=True)
 class SamplingParams:
-    """How to pick tokens and when to stop, per request (the vLLM names and defaults)."""
+    """How to pick tokens and when to stop, per request (the vLLM names and defaults).
 
-    max_tokens: int = 16
-    temperature: float = 1.0  # 0 = greedy
-    top_p: float = 1.0  # nucleus: keep the smallest set of tokens whose probability reaches top_p
-    top_k: int = -1  # keep the k most likely tokens; -1 = all
-    seed: int | None = None  # per-request seed: the same tokens whatever else shares the batch
+    Every field is checked when the object is built (and again when a request is added, in case it was
+    changed since): a wrong type or range raises ``ValueError`` naming the field -- never later, inside a
+    step, where it would fail every request in the batch. Values are normalized on the way: a stop string
+    becomes a one-element list, tuples become lists, NumPy scalars become Python numbers."""
+
+    max_tokens: int = 16  # >= 1
+    temperature: float = 1.0  # 0 = greedy; at most MAX_TEMPERATURE
+    top_p: float = 1.0  # nucleus, in (0, 1]: keep the smallest set of tokens whose probability reaches top_p
+    top_k: int = -1  # keep the k most likely tokens (k >= 1, at most the vocabulary); -1 = all
+    seed: int | None = None  # in [0, 2**63 - 1]: the same tokens whatever else shares the batch
     stop: list[str] | str | None = None  # stop strings (not included in the returned text)
-    stop_token_ids: list[int] | None = None
+    stop_token_ids: list[int] | None = None  # checked against the vocabulary when the request is added
     ignore_eos: bool = False
 
     def __post_init__(self) -> None:
-        if isinstance(self.stop, str):
-            self.stop = [self.stop]
+        self.validate()
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the field and its allowed range."""
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
-        if not math.isfinite(self.temperature) or self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature!r}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if not isinstance(self.top_k, int) or self.top_k == 0 or self.top_k < -1:
-            raise ValueError(f"top_k must be -1 (disabled) or >= 1, got {self.top_k!r}")
-        if self.stop is not None and any(not s for s in self.stop):
-            raise ValueError("stop strings must be non-empty")
+        """Check (and normalize) every field; raise ``ValueError`` naming the field and its allowed values."""
+        self.max_tokens = fields.integer("max_tokens", self.max_tokens, 1)
+        self.temperature = fields.real("temperature", self.temperature, 0.0, MAX_TEMPERATURE)
+        self.top_p = fields.real("top_p", self.top_p, 0.0, 1.0, low_open=True)
+        self.top_k = fields.integer("top_k", self.top_k, -1)
+        if self.top_k == 0:
+            raise ValueError("top_k must be -1 (all tokens) or >= 1, got 0")
+        if self.seed is not None:
+            self.seed = fields.integer("seed", self.seed, 0, fields.INT63_MAX)
+        if self.stop is not None:
+            self.stop = fields.text_list("stop", self.stop)
+        if self.stop_token_ids is not None:
+            self.stop_token_ids = fields.integer_list("stop_token_ids", self.stop_token_ids)
+        fields.boolean("ignore_eos", self.ignore_eos)
+
+    def check_vocabulary(self, vocab_size: int) -> None:
+        """What only the engine can check: token ids and ``top_k`` within its model's vocabulary."""
+        if self.top_k > vocab_size:
+            raise ValueError(f"top_k must be -1 or in [1, {vocab_size}] (the vocabulary), got {self.top_k}")
+        for t in self.stop_token_ids or ():
+            if t >= vocab_size:
+                raise ValueError(f"stop_token_ids must be token ids in [0, {vocab_size}), got {t}")
 
     @property
     def greedy(self) -> bool:
@@ -113,7 +133,7 @@ class Request:
     output_token_ids: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0
     status: RequestStatus = RequestStatus.WAITING
-    finish_reason: str | None = None
+    finish_reason: FinishReason | None = None
     stop_reason: str | int | None = None  # the stop string or token that ended it, or why it was refused
     generator: torch.Generator | None = None  # the per-request random stream when params.seed is set
     block_hashes: list[int] = field(default_factory=list)  # hash chain of its full blocks (prefix caching)
@@ -169,7 +189,7 @@ class CompletionOutput:
     index: int
     text: str
     token_ids: list[int]
-    finish_reason: str | None  # None while running; then one of FINISH_REASONS
+    finish_reason: FinishReason | None  # None while running
     stop_reason: str | int | None = None
 
 

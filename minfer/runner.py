@@ -6,30 +6,37 @@ It flattens the step's chunks into the tensors the model and the paged KV cache 
 * ``slot_mapping``: where each new token's K/V goes (``block_table[pos // B] * B + pos % B``);
 * ``block_tables``, ``seq_lens``, ``query_start_loc``: what each request's queries may read.
 
-Requests with one new token go first (decodes; the attention reference batches them, longest first),
-then prefill chunks. The model runs once; logits are computed only for the last token of chunks that reach the
-end of their request -- a mid-prompt chunk samples nothing.
+Decodes go first (the attention reference batches them, longest first), then prefill chunks. The model
+runs once; logits are computed only for the last token of chunks that reach the end of their request -- a
+mid-prompt chunk samples nothing. Everything comes from the ``SchedulerOutput``: each chunk carries its
+request's block table, so the runner never asks the block pool.
+
+``build_model_executor`` loads the model, sizes the KV cache and returns the runner in an
+``ExecutorSetup`` (the simulator's counterpart is ``sim/executor.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from minfer.kv.block_pool import BlockPool
+from minfer.config import EngineConfig
+from minfer.executor import ExecutorSetup, ModelOutput
 from minfer.kv.cache import PagedKVCache
 from minfer.model.llama import LlamaModel
-from minfer.ops.paged_attention import AttentionMetadata
+from minfer.ops.attention import AttentionMetadata
 from minfer.sampler import sample
-from minfer.scheduler.scheduler import ScheduledChunk, SchedulerOutput
+from minfer.scheduler.scheduler import ScheduledChunk, SchedulerOutput, step_budgets
+from minfer.units import parse_bytes
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaModel, kv_cache: PagedKVCache, pool: BlockPool, seed: int = 0) -> None:
-        self.model, self.kv_cache, self.pool = model, kv_cache, pool
+    def __init__(self, model: LlamaModel, kv_cache: PagedKVCache, seed: int = 0) -> None:
+        self.model, self.kv_cache = model, kv_cache
         self.device = model.device
         self.generator = torch.Generator().manual_seed(seed)
         # forward(input_ids, positions, meta) -> hidden; the CUDA path swaps in a graph-replaying version
@@ -40,8 +47,8 @@ class ModelRunner:
 
     def prepare(self, chunks: list[ScheduledChunk]) -> tuple[Tensor, Tensor, AttentionMetadata]:
         """Flat token ids and positions, and the attention metadata, for ``chunks`` in the given order."""
-        bs = self.pool.block_size
-        tables = [self.pool.tables[c.request.request_id] for c in chunks]
+        bs = self.kv_cache.block_size
+        tables = [c.block_table for c in chunks]
         query_lens = np.fromiter((c.num_tokens for c in chunks), dtype=np.int64, count=len(chunks))
         starts = np.fromiter((c.start for c in chunks), dtype=np.int64, count=len(chunks))
         query_start_loc = np.zeros(len(chunks) + 1, dtype=np.int64)
@@ -62,28 +69,88 @@ class ModelRunner:
         meta = AttentionMetadata(
             slot_mapping=to(slot_mapping), query_start_loc=to(query_start_loc), seq_lens=to(seq_lens),
             block_tables=to(block_tables, torch.int32),
-            num_decodes=int((query_lens == 1).sum()),  # the one-token chunks, all at the front
+            num_decodes=sum(c.is_decode for c in chunks),  # the decodes, all at the front
             max_query_len=int(query_lens.max()), max_seq_len=int(seq_lens.max()),
         )
         return to(ids), to(positions), meta
 
-    def execute(self, out: SchedulerOutput) -> tuple[dict[str, int], float | None]:
-        """Run the step; returns the sampled token per request id (and ``None``: time it by the wall clock)."""
+    def execute(self, out: SchedulerOutput) -> ModelOutput:
+        """Run the step; returns the sampled token per request id (its time is the engine's wall clock)."""
         if self.device.type == "cuda":  # Triton launches on the *current* device: make it this engine's
             with torch.cuda.device(self.device):
                 return self._execute(out)
         return self._execute(out)
 
-    def _execute(self, out: SchedulerOutput) -> tuple[dict[str, int], float | None]:
-        # one-token chunks (decodes) first, longest context first: the reference attention batches them
-        chunks = sorted(out.chunks, key=lambda c: (c.num_tokens > 1, -c.start))
+    def _execute(self, out: SchedulerOutput) -> ModelOutput:
+        # decodes first, longest context first: the reference attention batches them
+        chunks = sorted(out.chunks, key=lambda c: (not c.is_decode, -c.start))
         input_ids, positions, meta = self.prepare(chunks)
         hidden = self.forward(input_ids, positions, meta)
         rows = [i for i, c in enumerate(chunks) if c.samples]
         if not rows:
-            return {}, None
+            return ModelOutput()
         last = meta.query_start_loc[1:][torch.tensor(rows, device=self.device)] - 1
         logits = self.model.compute_logits(hidden[last])
         reqs = [chunks[i].request for i in rows]
         tokens = sample(logits, [r.params for r in reqs], [r.generator for r in reqs], self.generator)
-        return {r.request_id: t for r, t in zip(reqs, tokens)}, None
+        return ModelOutput({r.request_id: t for r, t in zip(reqs, tokens)})
+
+
+def resolve_dtype(dtype: str, device: str) -> torch.dtype:
+    """``"auto"``: bfloat16 on CUDA, float32 on the CPU."""
+    if dtype == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    return getattr(torch, dtype)
+
+
+def build_model_executor(config: EngineConfig, model: Any = None, tokenizer: Any = None) -> ExecutorSetup:
+    """Load (or reuse) the model, size and allocate the paged KV cache, and build the runner.
+
+    The attention backend is loaded *before* any weights: on the CPU, Triton's interpreter must be switched
+    on before ``transformers`` imports ``triton``."""
+    from minfer.cpu_malloc import keep_freed_memory
+    from minfer.kv.cache import num_blocks_for_gpu, num_blocks_for_memory
+    from minfer.model.loader import load_model
+    from minfer.ops.backends import load_backend, resolve_backend
+
+    cfg = config
+    dtype = resolve_dtype(cfg.dtype, cfg.device)
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("device='cuda' but torch sees no CUDA GPU (is a CUDA build of torch installed?)")
+    ops = load_backend(resolve_backend(cfg.attention_backend, cfg.device), cfg.device)
+    if cfg.device == "cpu":  # each step's activations reuse the last step's memory (see cpu_malloc.py)
+        keep_freed_memory()
+    if model is None:
+        model, tokenizer = load_model(cfg.model, cfg.device, dtype)
+    elif tokenizer is None:
+        raise ValueError("pass the tokenizer together with a preloaded model")
+    else:
+        model = model.to(device=cfg.device, dtype=dtype)
+    mcfg = model.config
+    max_model_len = min(cfg.max_model_len or mcfg.max_position_embeddings, mcfg.max_position_embeddings)
+    num_blocks = cfg.num_blocks
+    if num_blocks is None:
+        if cfg.device.startswith("cuda"):
+            from minfer.cuda_graphs import profile_forward
+
+            # the largest step's activations stay reserved by PyTorch, so the pool leaves room for them
+            # (CUDA-graph capture empties that cache and allocates its own; the 1 - gpu_memory_utilization
+            # left over, 10% by default, is the margin that covers the difference)
+            profile_forward(model, step_budgets(cfg, max_model_len)[1], cfg.max_num_seqs)
+            num_blocks = num_blocks_for_gpu(mcfg, cfg.block_size, dtype, cfg.gpu_memory_utilization, cfg.device)
+        else:
+            num_blocks = num_blocks_for_memory(mcfg, cfg.block_size, dtype, parse_bytes(cfg.kv_cache_memory))
+    if num_blocks < 1:
+        raise ValueError("no memory left for KV cache blocks: lower the model size or raise the memory budget")
+    kv_cache = PagedKVCache(mcfg, num_blocks, cfg.block_size, dtype, cfg.device, ops)
+    runner = ModelRunner(model, kv_cache, seed=cfg.seed)
+    if cfg.device.startswith("cuda") and cfg.cuda_graphs:
+        from minfer.cuda_graphs import enable_cuda_graphs
+
+        with torch.cuda.device(torch.device(cfg.device)):  # capture on this engine's GPU, not the current one
+            enable_cuda_graphs(runner, max_batch=cfg.max_num_seqs)
+    return ExecutorSetup(
+        executor=runner, num_blocks=num_blocks, max_model_len=max_model_len, tokenizer=tokenizer,
+        vocab_size=mcfg.vocab_size, eos_token_ids=tuple(sorted({tokenizer.eos_token_id, *mcfg.eos_token_ids})),
+        model=model, kv_cache=kv_cache,
+    )

@@ -1,7 +1,9 @@
 """StepTrace: one plain record per engine step -- the single source for metrics, widgets and tests.
 
 It says who ran and how (prefill or decode tokens per request), who holds how many KV blocks, how long
-the queues were, who was admitted, preempted or finished, and how long the step took. Widgets only
+the queues were, who was admitted, preempted or finished -- and why, in a phrase the scheduler wrote when it
+decided ("pool full: r2 needed a block; r7 is the most recently admitted running request"; the dashboard's
+narration, ``viz.narration``, turns these into a sentence per step) -- and how long the step took. Widgets only
 render these records; tests assert on them; a trace saved as JSON lines replays anywhere.
 """
 
@@ -34,6 +36,9 @@ class StepTrace:
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache at admission this step
     num_cached_blocks: int = 0  # blocks in the prefix-hash index after the step
     scheduler_time: float = 0.0  # seconds of CPU spent scheduling and updating (not the forward)
+    reasons: dict[str, str] = field(default_factory=dict)  # request id → why it was admitted, preempted, ended
+    tenants: dict[str, str] = field(default_factory=dict)  # requests that joined the queue: their tenant, if set
+    priorities: dict[str, int] = field(default_factory=dict)  # ... and their priority, if not 0
 
     @property
     def num_prefill_tokens(self) -> int:

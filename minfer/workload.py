@@ -146,7 +146,7 @@ def submit(engine: Any, items: Sequence[WorkItem], seed: int = 0, prefix: str = 
     ``output_len`` new tokens, arriving at ``arrival_time`` on the engine's clock (plus its current time)."""
     from minfer.request import SamplingParams
 
-    vocab = engine.model.config.vocab_size if engine.model is not None else SIM_VOCAB_SIZE
+    vocab = engine.vocab_size or SIM_VOCAB_SIZE
     prompts = token_prompts(items, vocab, seed)
     ids = []
     for i, (w, prompt) in enumerate(zip(items, prompts)):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 
@@ -12,7 +13,7 @@ if not torch.cuda.is_available():  # Triton fixes its mode at import (transforme
     os.environ.setdefault("TRITON_INTERPRET", "1")  # on a CPU, or attention_backend="triton" cannot run
 
 from minfer import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
-from minfer.model.loader import load_model  # noqa: E402
+from minfer.model.loader import load_model, tiny_random_model  # noqa: E402
 from minfer.model.tokenizer import ByteTokenizer  # noqa: E402
 
 
@@ -36,6 +37,21 @@ def hf_smollm2():
     from minfer.model.loader import resolve_checkpoint
 
     return AutoModelForCausalLM.from_pretrained(resolve_checkpoint("smollm2-135m"), dtype=torch.float32).eval()
+
+
+def tiny_engine(tiny, **config) -> LLMEngine:
+    """An engine over the shared tiny random model that checks scheduler and pool invariants after every step."""
+    model, tok = tiny
+    return LLMEngine(EngineConfig(model="tiny-random", debug_checks=True, **config), model=model, tokenizer=tok)
+
+
+@functools.cache
+def alone(prompt: tuple[int, ...], max_tokens: int) -> tuple[int, ...]:
+    """Greedy tokens of a request that has the whole engine to itself."""
+    e = LLMEngine(EngineConfig(model="tiny-random", max_num_seqs=1, num_blocks=256), model=tiny_random_model(),
+                  tokenizer=ByteTokenizer())
+    e.add_request("solo", list(prompt), SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True))
+    return tuple(run_checked(e)["solo"].outputs[0].token_ids)
 
 
 def run_checked(engine: LLMEngine, max_steps: int = 100_000, before_step=None) -> dict:
@@ -80,14 +96,14 @@ def greedy_run(model, backend: str, block_size: int = 16, max_tokens=(9,) * 4, p
 BACKEND_CASES = [({}, 16), (dict(num_heads=2, num_kv_heads=2, head_dim=48), 32)]
 
 
-def check_backend_matches_reference(backend: str, attention_fn, overrides: dict, block_size: int) -> None:
-    """The engine with ``backend`` gives the reference's greedy tokens, through ``attention_fn``, on a run
-    that mixes decodes and prefill chunks in one step."""
+def check_backend_matches_reference(backend: str, overrides: dict, block_size: int) -> None:
+    """The engine with ``backend`` gives the reference's greedy tokens on a run that mixes decodes and
+    prefill chunks in one step."""
     from minfer.model.loader import tiny_random_config, tiny_random_model
 
     model = tiny_random_model(tiny_random_config(**overrides), seed=3)
     _, expected = greedy_run(model, "torch", block_size)
     engine, got = greedy_run(model, backend, block_size)
-    assert engine.kv_cache._paged_attention is attention_fn, f"the engine did not use the {backend} backend"
+    assert engine.kv_cache.backend.name == backend, f"the engine did not use the {backend} backend"
     assert any(len(t.prefill_tokens) and len(t.decode_tokens) for t in engine.trace), "no mixed step ran"
     assert got == expected

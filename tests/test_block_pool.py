@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from minfer.kv.block_pool import BlockPool, BlockPoolError, chain_hashes
+from minfer.units import ceil_div
 
 
 def test_append_slot_takes_a_block_only_when_the_last_is_full():
@@ -105,7 +106,7 @@ class PoolMachine(RuleBasedStateMachine):
         hashes = chain_hashes(ids, self.pool.block_size)
         hits = self.pool.lookup(hashes[: max(0, n - 1) // self.pool.block_size])
         fresh = sum(self.pool.ref_counts[b] == 0 for b in hits)
-        need = -(-n // self.pool.block_size) - len(hits)
+        need = ceil_div(n, self.pool.block_size) - len(hits)
         if need + fresh > self.pool.num_free_blocks:
             with pytest.raises(BlockPoolError):
                 if hits:

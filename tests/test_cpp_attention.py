@@ -11,7 +11,6 @@ import os
 import pytest
 import torch
 
-from conftest import BACKEND_CASES, check_backend_matches_reference
 from minfer import EngineConfig
 from minfer.ops.cpp_paged_attention import cpp_paged_attention, have_compiler, kernel
 from minfer.ops.paged_attention import paged_attention as _paged_attention
@@ -69,11 +68,6 @@ def test_the_kernel_refuses_bad_inputs():
     with pytest.raises(RuntimeError, match="share one dtype"):
         kernel().decode_attention(b.q.double(), b.k_cache, b.v_cache, m.block_tables, m.seq_lens, 0.125,
                                   torch.empty_like(b.q))
-
-
-@pytest.mark.parametrize("overrides, block_size", BACKEND_CASES)
-def test_engine_gives_the_same_greedy_tokens_as_the_reference(overrides, block_size):
-    check_backend_matches_reference("cpp", cpp_paged_attention, overrides, block_size)
 
 
 def test_cpp_on_cuda_is_refused_by_the_config():

@@ -3,37 +3,20 @@ property of continuous batching -- a request's tokens do not depend on who else 
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import run_checked
+from conftest import alone, run_checked, tiny_engine
 from minfer import LLM, EngineConfig, LLMEngine, SamplingParams
-from minfer.model import ByteTokenizer
-from minfer.model.loader import tiny_random_model
+from minfer.units import ceil_div
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
 
 
-def engine(tiny, **kw) -> LLMEngine:
-    model, tok = tiny
-    return LLMEngine(EngineConfig(model="tiny-random", **kw), model=model, tokenizer=tok)
-
-
-@functools.cache
-def alone(prompt: tuple[int, ...], max_tokens: int) -> tuple[int, ...]:
-    """Greedy tokens of a request that has the whole engine to itself."""
-    e = LLMEngine(EngineConfig(model="tiny-random", max_num_seqs=1, num_blocks=256), model=tiny_random_model(),
-                  tokenizer=ByteTokenizer())
-    e.add_request("solo", list(prompt), SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True))
-    return tuple(run_checked(e)["solo"].outputs[0].token_ids)
-
-
 def test_generate_accepts_strings_token_ids_and_per_prompt_params(tiny):
     llm = LLM.__new__(LLM)
-    llm.engine, llm._ids = engine(tiny, num_blocks=64), iter(range(10**6))
+    llm.engine, llm._ids = tiny_engine(tiny, num_blocks=64), iter(range(10**6))
     outs = llm.generate(["hello", [5, 6, 7]], [GREEDY, SamplingParams(max_tokens=3, temperature=0, ignore_eos=True)],
                         use_tqdm=False)
     assert [o.prompt for o in outs] == ["hello", None]
@@ -45,7 +28,7 @@ def test_generate_accepts_strings_token_ids_and_per_prompt_params(tiny):
 
 
 def test_step_streams_one_token_per_request_per_step(tiny):
-    e = engine(tiny, num_blocks=64)
+    e = tiny_engine(tiny, num_blocks=64)
     e.add_request("a", [5] * 10, GREEDY)
     seen: list[int] = []
     text = ""
@@ -61,7 +44,7 @@ def test_step_streams_one_token_per_request_per_step(tiny):
 
 def test_requests_join_and_leave_between_steps(tiny):
     """Iteration-level scheduling: a request that arrives while others decode runs in the very next step."""
-    e = engine(tiny, num_blocks=64)
+    e = tiny_engine(tiny, num_blocks=64)
     e.add_request("a", [5] * 8, SamplingParams(max_tokens=20, temperature=0, ignore_eos=True))
     for _ in range(3):
         e.step()
@@ -80,7 +63,7 @@ def test_requests_join_and_leave_between_steps(tiny):
 ])
 def test_batched_tokens_equal_alone(tiny, kw):
     prompts = [list(range(3 + i, 3 + i + n)) for i, n in enumerate([30, 5, 17, 1, 36, 9])]
-    e = engine(tiny, **kw)
+    e = tiny_engine(tiny, **kw)
     for i, p in enumerate(prompts):
         e.add_request(str(i), p, GREEDY)
     outs = run_checked(e)
@@ -89,7 +72,7 @@ def test_batched_tokens_equal_alone(tiny, kw):
 
 
 def test_budgets_are_respected(tiny):
-    e = engine(tiny, chunked_prefill_size=16, max_prefill_chunks_per_step=2, max_num_seqs=3, num_blocks=64)
+    e = tiny_engine(tiny, chunked_prefill_size=16, max_prefill_chunks_per_step=2, max_num_seqs=3, num_blocks=64)
     for i in range(6):
         e.add_request(str(i), [7] * 40, GREEDY)
     run_checked(e)
@@ -99,7 +82,7 @@ def test_budgets_are_respected(tiny):
 
 
 def test_unchunked_prefill_ingests_whole_prompts(tiny):
-    e = engine(tiny, enable_chunked_prefill=False, num_blocks=64)
+    e = tiny_engine(tiny, enable_chunked_prefill=False, num_blocks=64)
     e.add_request("long", [9] * 300, GREEDY)
     e.step()
     assert e.trace[0].prefill_tokens == {"long": 300}
@@ -109,7 +92,7 @@ def test_preemption_recomputes_and_resumes_exactly(tiny):
     """A pool too small for everyone: the most recently admitted request is preempted, recomputed later,
     and still ends with exactly the tokens it would have produced alone."""
     params = SamplingParams(max_tokens=30, temperature=0, ignore_eos=True)
-    e = engine(tiny, num_blocks=10, block_size=4)
+    e = tiny_engine(tiny, num_blocks=10, block_size=4)
     prompts = [[3 + i] * 9 for i in range(4)]
     for i, p in enumerate(prompts):
         e.add_request(str(i), p, params)
@@ -126,7 +109,7 @@ def test_preemption_recomputes_and_resumes_exactly(tiny):
 
 def test_reserve_admission_never_preempts(tiny):
     params = SamplingParams(max_tokens=30, temperature=0, ignore_eos=True)
-    e = engine(tiny, num_blocks=10, block_size=4, admission="reserve")
+    e = tiny_engine(tiny, num_blocks=10, block_size=4, admission="reserve")
     for i in range(4):
         e.add_request(str(i), [3 + i] * 9, params)
     run_checked(e)
@@ -137,7 +120,7 @@ def test_reserve_admission_never_preempts(tiny):
 def test_reserve_admission_caps_at_max_model_len(tiny):
     """max_tokens far beyond the model's limit: the request can only ever hold max_model_len - 1 slots, so
     reserve admission must reserve that many, not prompt + max_tokens (which would never fit, and wait forever)."""
-    e = engine(tiny, num_blocks=8, block_size=16, max_model_len=128, admission="reserve")
+    e = tiny_engine(tiny, num_blocks=8, block_size=16, max_model_len=128, admission="reserve")
     e.add_request("a", [5] * 10, SamplingParams(max_tokens=10_000, temperature=0, ignore_eos=True))
     out = run_checked(e, max_steps=500)["a"].outputs[0]
     assert out.finish_reason == "length" and len(out.token_ids) == 128 - 10
@@ -163,10 +146,10 @@ def streamed_script(e: LLMEngine, rid: str, script: list[int]) -> tuple[str, obj
     real = e.executor.execute
 
     def scripted(out):
-        sampled, seconds = real(out)
-        if rid in sampled:
-            sampled[rid] = next(tokens)
-        return sampled, seconds
+        result = real(out)
+        if rid in result.sampled:
+            result.sampled[rid] = next(tokens)
+        return result
 
     e.executor.execute = scripted
     pieces, final = streamed(e)
@@ -178,20 +161,20 @@ def test_streamed_text_adds_up_to_the_final_text(tiny):
     neither may make the stream repeat, show half a character, or show text the final output does not have."""
     model, tok = tiny
     script = tok.encode("héllo wörld ✓ done")  # one token per UTF-8 byte
-    e = engine(tiny, num_blocks=64)
+    e = tiny_engine(tiny, num_blocks=64)
     e.add_request("r", [5], SamplingParams(max_tokens=len(script), stop=["✓"]))
     stream, final = streamed_script(e, "r", script)
     assert final.outputs[0].finish_reason == "stop" and final.outputs[0].stop_reason == "✓"
     assert stream == final.outputs[0].text == "héllo wörld "  # no "\ufffd", no repeats
     # a stop string completed by the very token that reaches max_tokens still cuts the text
-    e = engine(tiny, num_blocks=64)
+    e = tiny_engine(tiny, num_blocks=64)
     e.add_request("last", [5], SamplingParams(max_tokens=3, stop=["ab"]))
     stream, final = streamed_script(e, "last", tok.encode("xab"))
     assert stream == final.outputs[0].text == "x" and final.outputs[0].finish_reason == "stop"
     # and on the model's own tokens (arbitrary bytes for the tiny model), cut at a piece of them
     text = tok.decode(list(alone((5,) * 6, 24)))
     piece = text[5:8]
-    e = engine(tiny, num_blocks=64)
+    e = tiny_engine(tiny, num_blocks=64)
     e.add_request("free", [5] * 6, SamplingParams(max_tokens=24, temperature=0, ignore_eos=True))
     e.add_request("cut", [5] * 6, SamplingParams(max_tokens=24, temperature=0, ignore_eos=True, stop=[piece]))
     pieces, final = streamed(e)
@@ -201,17 +184,18 @@ def test_streamed_text_adds_up_to_the_final_text(tiny):
 
 def test_generate_with_a_bad_prompt_leaves_nothing_behind(tiny):
     llm = LLM.__new__(LLM)
-    llm.engine, llm._ids = engine(tiny, num_blocks=64), iter(range(10**6))
+    llm.engine, llm._ids = tiny_engine(tiny, num_blocks=64), iter(range(10**6))
     with pytest.raises(ValueError, match="empty"):
         llm.generate([[5, 6], [7], []], GREEDY, use_tqdm=False)
-    assert not llm.engine.has_unfinished_requests() and not llm.engine._texts and not llm.engine.finished
+    assert not llm.engine.has_unfinished_requests() and not llm.engine.detokenizer.streamed and not llm.engine.finished
+    assert not llm.engine.scheduler.notes and not llm.engine.scheduler.joined
     assert llm.generate([[5, 6]], GREEDY, use_tqdm=False)[0].outputs[0].token_ids == list(alone((5, 6), 12))
 
 
 def test_stop_conditions(tiny):
     model, tok = tiny
     free_run = alone(tuple([5] * 6), 12)
-    e = engine(tiny, num_blocks=64)
+    e = tiny_engine(tiny, num_blocks=64)
     e.add_request("tok", [5] * 6, SamplingParams(max_tokens=12, temperature=0, stop_token_ids=[free_run[3]]))
     text = tok.decode(list(free_run))
     e.add_request("eos", [5] * 6, SamplingParams(max_tokens=12, temperature=0))
@@ -234,23 +218,25 @@ def test_stop_conditions(tiny):
 
 def test_seeded_sampling_is_independent_of_the_batch(tiny):
     params = SamplingParams(max_tokens=10, temperature=0.8, top_p=0.9, top_k=50, seed=1234)
-    e1 = engine(tiny, num_blocks=64)
+    e1 = tiny_engine(tiny, num_blocks=64)
     e1.add_request("x", [11] * 7, params)
     solo = run_checked(e1)["x"].outputs[0].token_ids
-    e2 = engine(tiny, num_blocks=64)
+    e2 = tiny_engine(tiny, num_blocks=64)
     for i in range(5):
         e2.add_request(f"other{i}", [20 + i] * (3 + i), SamplingParams(max_tokens=8, temperature=1.0))
     e2.add_request("x", [11] * 7, params)
     assert run_checked(e2)["x"].outputs[0].token_ids == solo
 
 
-@pytest.mark.parametrize("params,field", [
-    (SamplingParams(max_tokens=0), "max_tokens"), (SamplingParams(temperature=-1), "temperature"),
-    (SamplingParams(top_p=0), "top_p"), (SamplingParams(top_p=1.5), "top_p"),
-    (SamplingParams(top_k=0), "top_k"), (SamplingParams(top_k=-2), "top_k"),
+@pytest.mark.parametrize("field,value", [
+    ("max_tokens", 0), ("temperature", -1), ("top_p", 0), ("top_p", 1.5), ("top_k", 0), ("top_k", -2),
 ])
-def test_bad_sampling_params_are_refused(tiny, params, field):
-    e = engine(tiny, num_blocks=8)
+def test_bad_sampling_params_are_refused(tiny, field, value):
+    with pytest.raises(ValueError, match=field):  # when built ...
+        SamplingParams(**{field: value})
+    params = SamplingParams()
+    setattr(params, field, value)  # ... and when changed afterwards: add_request checks again
+    e = tiny_engine(tiny, num_blocks=8)
     e.add_request("ok", [5, 6], GREEDY)
     with pytest.raises(ValueError, match=field):
         e.add_request("bad", [5, 6], params)
@@ -259,7 +245,7 @@ def test_bad_sampling_params_are_refused(tiny, params, field):
 
 
 def test_bad_requests_are_refused_without_disturbing_others(tiny):
-    e = engine(tiny, num_blocks=8, block_size=4, max_model_len=64)
+    e = tiny_engine(tiny, num_blocks=8, block_size=4, max_model_len=64)
     e.add_request("ok", [5, 6], GREEDY)
     e.step()
     with pytest.raises(ValueError, match="empty"):
@@ -276,7 +262,7 @@ def test_bad_requests_are_refused_without_disturbing_others(tiny):
         e.add_request("prio", [5], GREEDY, priority="high")
     with pytest.raises(ValueError, match="tenant"):
         e.add_request("tenant", [5], GREEDY, tenant=7)
-    assert list(e.scheduler.requests) == ["ok"] and list(e._texts) == ["ok"]
+    assert list(e.scheduler.requests) == ["ok"] and set(e.detokenizer.streamed) <= {"ok"}
     e.scheduler.check_invariants()
     assert e.abort_request("nobody") is False
     assert run_checked(e)["ok"].outputs[0].token_ids == list(alone((5, 6), 12))
@@ -292,7 +278,7 @@ def test_bad_config_names_the_field():
 
 
 def test_abort_frees_blocks_and_reports(tiny):
-    e = engine(tiny, num_blocks=16)
+    e = tiny_engine(tiny, num_blocks=16)
     e.add_request("a", [5] * 10, SamplingParams(max_tokens=50, temperature=0, ignore_eos=True))
     e.add_request("b", [6] * 10, SamplingParams(max_tokens=5, temperature=0, ignore_eos=True))
     e.step()
@@ -321,8 +307,8 @@ def test_random_workloads_give_each_request_its_solo_tokens(tiny, reqs, block_si
     """Random arrivals, lengths, budgets, pool sizes and aborts: every request that is not aborted ends
     with exactly its solo tokens, an aborted one with a prefix of them; invariants hold at every step
     and the pool is entirely free at the end."""
-    need = max(-(-(p + m - 1) // block_size) for p, m, _ in reqs)
-    e = engine(tiny, num_blocks=need + extra_blocks, block_size=block_size, max_num_seqs=max_num_seqs,
+    need = max(ceil_div(p + m - 1, block_size) for p, m, _ in reqs)
+    e = tiny_engine(tiny, num_blocks=need + extra_blocks, block_size=block_size, max_num_seqs=max_num_seqs,
                chunked_prefill_size=chunk, max_prefill_chunks_per_step=chunks_per_step,
                enable_chunked_prefill=chunked)
     prompts = {}

@@ -12,6 +12,7 @@ from minfer.config import parse_bytes
 from minfer.kv.cache import bytes_per_block, num_blocks_for_memory
 from minfer.model.loader import tiny_random_config
 from minfer.ops.paged_attention import AttentionMetadata, paged_attention, store_kv
+from minfer.units import ceil_div
 
 
 def make_case(gen: torch.Generator, requests: list[tuple[int, int]], block_size: int, kv_heads: int, gqa: int,
@@ -19,7 +20,7 @@ def make_case(gen: torch.Generator, requests: list[tuple[int, int]], block_size:
     """``requests``: (tokens already cached, new tokens) each. Writes every request's K/V into a shuffled
     block pool the way the engine would, and returns the flat queries, caches, metadata and, per request,
     its full K/V and queries for the reference."""
-    num_blocks = sum(-(-(c + n) // block_size) for c, n in requests) + 3
+    num_blocks = sum(ceil_div(c + n, block_size) for c, n in requests) + 3
     k_cache = torch.zeros(num_blocks, block_size, kv_heads, head_dim)
     v_cache = torch.zeros_like(k_cache)
     free = torch.randperm(num_blocks, generator=gen).tolist()  # blocks scattered across the pool
@@ -28,7 +29,7 @@ def make_case(gen: torch.Generator, requests: list[tuple[int, int]], block_size:
     for i in order:
         cached, new = requests[i]
         total = cached + new
-        table = [free.pop() for _ in range(-(-total // block_size))]
+        table = [free.pop() for _ in range(ceil_div(total, block_size))]
         k = torch.randn(total, kv_heads, head_dim, generator=gen)
         v = torch.randn(total, kv_heads, head_dim, generator=gen)
         q = torch.randn(new, kv_heads * gqa, head_dim, generator=gen)

@@ -4,18 +4,15 @@ output does not matter (deterministic and fast); the tiny model where it does.""
 
 from __future__ import annotations
 
-import functools
 import random
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import run_checked
+from conftest import alone, run_checked, tiny_engine
 from minfer import EngineConfig, LLMEngine, SamplingParams
 from minfer.metrics import SLO, jain_fairness, summarize
-from minfer.model import ByteTokenizer
-from minfer.model.loader import tiny_random_model
 from minfer.request import FINISH_REASONS, Request
 from minfer.scheduler.policies import FairPolicy
 from minfer.workload import WorkItem, poisson, submit
@@ -24,20 +21,6 @@ from minfer.workload import WorkItem, poisson, submit
 def sim(**kw) -> LLMEngine:
     kw.setdefault("num_blocks", 2000)  # a small pool keeps check_invariants (after every step) quick
     return LLMEngine(EngineConfig(executor="sim", model="llama-3-8b", hardware="H100-SXM", **kw))
-
-
-def tiny_engine(tiny, **kw) -> LLMEngine:
-    model, tok = tiny
-    return LLMEngine(EngineConfig(model="tiny-random", **kw), model=model, tokenizer=tok)
-
-
-@functools.cache
-def alone(prompt: tuple[int, ...], max_tokens: int) -> tuple[int, ...]:
-    """Greedy tokens of a request that has the whole engine to itself."""
-    e = LLMEngine(EngineConfig(model="tiny-random", max_num_seqs=1, num_blocks=256),
-                  model=tiny_random_model(), tokenizer=ByteTokenizer())
-    e.add_request("solo", list(prompt), SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True))
-    return tuple(run_checked(e)["solo"].outputs[0].token_ids)
 
 
 def admission_order(engine: LLMEngine) -> list[str]:

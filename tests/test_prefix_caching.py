@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_checked
+from conftest import run_checked, tiny_engine
 from minfer import EngineConfig, LLMEngine, SamplingParams
 from minfer.kv.block_pool import chain_hashes
 from minfer.metrics import summarize
@@ -15,19 +15,13 @@ GREEDY = SamplingParams(max_tokens=10, temperature=0, ignore_eos=True)
 SYSTEM = [(7 * i + 3) % 300 + 10 for i in range(64)]  # 64 tokens: four full blocks of 16
 
 
-def engine(tiny, **kw) -> LLMEngine:
-    model, tok = tiny
-    kw.setdefault("num_blocks", 128)
-    return LLMEngine(EngineConfig(model="tiny-random", **kw), model=model, tokenizer=tok)
-
-
 def questions(n: int) -> list[list[int]]:
     """``n`` prompts: the shared system prompt, then a distinct question of 5 to 12 tokens."""
     return [SYSTEM + [20 + i + j for j in range(5 + i % 8)] for i in range(n)]
 
 
 def run(tiny, prompts: list[list[int]], params: SamplingParams = GREEDY, **kw) -> tuple[LLMEngine, dict]:
-    e = engine(tiny, **kw)
+    e = tiny_engine(tiny, **{"num_blocks": 128} | kw)
     for i, p in enumerate(prompts):
         e.add_request(f"q{i}", p, params)
     return e, run_checked(e)
@@ -59,7 +53,7 @@ def test_shared_system_prompt_hits_with_identical_outputs(tiny):
 
 
 def test_shared_blocks_have_one_reference_per_holder(tiny):
-    e = engine(tiny, enable_prefix_caching=True)
+    e = tiny_engine(tiny, enable_prefix_caching=True, num_blocks=128)
     for i, p in enumerate(questions(5)):
         e.add_request(f"q{i}", p, SamplingParams(max_tokens=40, temperature=0, ignore_eos=True))
     for _ in range(6):  # all five admitted, all still decoding
@@ -78,7 +72,7 @@ def test_shared_blocks_have_one_reference_per_holder(tiny):
 
 def test_a_fully_cached_prompt_still_computes_its_last_token(tiny):
     """The step must produce the logits of the last prompt token, so at least that token is computed."""
-    e = engine(tiny, enable_prefix_caching=True)
+    e = tiny_engine(tiny, enable_prefix_caching=True, num_blocks=128)
     first = None
     for rid in ("a", "b"):  # the same 32-token prompt (two full blocks), one after the other
         e.add_request(rid, SYSTEM[:32], GREEDY)
@@ -94,7 +88,7 @@ def test_cached_free_blocks_are_evicted_least_recently_used(tiny):
     which makes its blocks the most recently used. A large request that must evict some cached blocks
     evicts B's -- not A's, although A's were cached first."""
     bs = 4
-    e = engine(tiny, enable_prefix_caching=True, num_blocks=20, block_size=bs)
+    e = tiny_engine(tiny, enable_prefix_caching=True, num_blocks=20, block_size=bs)
     pa, pb = [11] * 12, [12] * 12  # three full blocks each
     one = SamplingParams(max_tokens=1, temperature=0, ignore_eos=True)
     for rid, prompt in (("a", pa), ("b", pb), ("a-again", pa + [13])):

@@ -9,6 +9,7 @@ from minfer.kv.block_pool import BlockPool
 from minfer.trace import load_trace, save_trace
 from minfer.viz import (
     SCENARIOS,
+    ColorMap,
     Dashboard,
     Knobs,
     Recorder,
@@ -27,7 +28,7 @@ from minfer.viz import (
     timeline_data,
 )
 from minfer.viz.blocks import CELL
-from minfer.viz.style import CACHED_OUTLINE, PLAIN_OUTLINE
+from minfer.viz.style import BLOCK_RIM, CACHED_RIM
 
 
 def tiny_engine(tiny, **kw) -> LLMEngine:
@@ -72,7 +73,7 @@ def test_batch_bars_equal_the_trace_counts(pressured):
     assert d.totals == [t.num_tokens for t in rec.trace]
 
     fig = batch_chart(rec.trace)
-    decode, prefill = fig.data
+    decode, prefill = fig.data[:2]  # then legend-only swatches
     assert list(prefill.y) == d.prefill.tokens and list(prefill.x) == d.prefill.step
     assert list(decode.y) == d.decode.tokens and list(decode.x) == d.decode.step
     assert prefill.marker.pattern.shape == "/" and not decode.marker.pattern.shape, "prefill is hatched"
@@ -87,7 +88,7 @@ def test_batch_bars_equal_the_trace_counts(pressured):
 def test_batch_colours_follow_the_request(pressured):
     _, rec = pressured
     d = batch_data(rec.trace)
-    decode, prefill = batch_chart(rec.trace).data
+    decode, prefill = batch_chart(rec.trace).data[:2]
     colour: dict[str, str] = {}
     for r, c in [*zip(d.decode.request, decode.marker.color), *zip(d.prefill.request, prefill.marker.color)]:
         assert colour.setdefault(r, c) == c, f"{r} drawn in two colours"
@@ -167,9 +168,9 @@ def test_grid_cells_equal_the_snapshot():
     used = [b for b in range(12) if snap.ref_counts[b]]
     assert list(tokens.y) == pytest.approx([CELL * snap.filled[b] / 4 for b in used]), "fill level = slots"
     assert list(tokens.marker.pattern.shape) == ["/" if snap.ref_counts[b] > 1 else "" for b in used]
-    assert list(cells.marker.line.color) == [CACHED_OUTLINE if c else PLAIN_OUTLINE for c in snap.cached]
+    assert list(cells.marker.line.color) == [CACHED_RIM if c else BLOCK_RIM for c in snap.cached]
     assert list(labels.text) == ["×2" if snap.ref_counts[b] > 1 else snap.owners()[b][0] for b in used]
-    assert "4/12 in use" in fig.layout.title.text and "1 free but cached" in fig.layout.title.text
+    assert "4/12 in use" in fig.layout.title.text and "1 free but cached" in fig.layout.title.subtitle.text
     a, b = fig.data[1].marker.color[2], fig.data[1].marker.color[3]  # a's own block, b's own block
     assert a != b
 
@@ -194,11 +195,21 @@ def test_recorder_snapshots_match_the_trace(pressured):
 def test_queue_chart_holds_the_trace(pressured):
     _, rec = pressured
     fig = queue_chart(rec.trace)
-    assert list(fig.data[0].y) == [t.num_waiting for t in rec.trace]
-    assert list(fig.data[1].y) == [t.num_running for t in rec.trace]
-    assert list(fig.data[3].x) == [t.step for t in rec.trace if t.preempted]
-    assert list(fig.data[4].y) == [t.num_blocks - t.num_free_blocks for t in rec.trace]
+    steps = [t.step for t in rec.trace]
+    # each step's value spans the step's width, the last one included (it used to be a point at the edge)
+    assert list(fig.data[0].x) == [s - 0.5 for s in steps] + [steps[-1] + 0.5]
+    assert list(fig.data[0].y) == [t.num_waiting for t in rec.trace] + [rec.trace[-1].num_waiting]
+    assert list(fig.data[1].y)[:-1] == [t.num_running for t in rec.trace]
+    used = [t.num_blocks - t.num_free_blocks for t in rec.trace]
+    assert list(fig.data[4].y) == used + used[-1:]
     assert list(fig.data[6].y) == [16, 16]
+    # preemption marks name their requests
+    hit = [t for t in rec.trace if t.preempted]
+    assert list(fig.data[3].x) == [t.step for t in hit]
+    assert list(fig.data[3].text) == [", ".join(t.preempted) for t in hit]
+    assert all(f"preempted {t.preempted[0]}" in h for t, h in zip(hit, fig.data[3].hovertext))
+    # a series that stays zero (nobody still to arrive, nothing cached) is left out of the legend
+    assert not fig.data[2].showlegend and not fig.data[5].showlegend
 
 
 def test_latency_chart_holds_the_metrics(pressured):
@@ -209,7 +220,11 @@ def test_latency_chart_holds_the_metrics(pressured):
     assert sorted(d.ttft) == ttft and len(d.itl) == sum(len(m.token_times) - 1 for m in metrics.values())
     slo = ttft[len(ttft) // 2]
     fig = latency_chart(metrics, ttft_slo=slo, itl_slo=0.5)
-    assert sorted(fig.data[0].x) == pytest.approx([v * 1e3 for v in ttft])
+    for bars, values in ((fig.data[0], ttft), (fig.data[1], d.itl)):  # the bars count the values in their bins
+        size = bars.x[1] - bars.x[0]
+        assert bars.x[0] == pytest.approx(size / 2), "bins start at zero"
+        assert list(bars.y) == [sum(x - size / 2 <= v * 1e3 < x + size / 2 for v in values) for x in bars.x]
+        assert sum(bars.y) == len(values) and len(bars.x) <= 31
     assert [s.x0 for s in fig.layout.shapes] == pytest.approx([slo * 1e3, 500])
     share = sum(v <= slo for v in ttft) / len(ttft)
     assert f"{share:.0%} within SLO" in fig.layout.annotations[0].text
@@ -245,6 +260,11 @@ def test_snapshot_at_falls_back_to_the_latest_kept(tiny):
 
 
 # ---- the dashboard -------------------------------------------------------------------------------
+def view(dash: Dashboard, name: str) -> dict:
+    """A view's figure as the browser gets it (plotly JSON in the dashboard's current frame)."""
+    return dash.view.frame["views"][name]
+
+
 def test_live_dashboard_throttles_and_ends_exact(tiny, monkeypatch):
     engine = tiny_engine(tiny)
     add_requests(engine)
@@ -254,12 +274,26 @@ def test_live_dashboard_throttles_and_ends_exact(tiny, monkeypatch):
     monkeypatch.setattr(Dashboard, "draw", lambda self, i=None: (draws.append(i), original(self, i)))
     rec = dash.run()
     assert draws == [None], "one final exact frame, none in between"
-    assert dash.slider.max == len(rec) - 1 == dash.slider.value
+    assert dash.slider.max == len(rec) - 1 == dash.slider.value == dash.index
     d = batch_data(rec.trace)
-    assert list(dash.batch_fig.data[1].y) == d.prefill.tokens
-    assert list(dash.batch_fig.data[0].y) == d.decode.tokens
-    assert len(dash.grid_fig.data[0].x) == 16 and not dash.grid_fig.data[1].x, "all blocks freed at the end"
-    assert f"step <b>{rec.trace[-1].step}</b>" in dash.status.value
+    assert view(dash, "batch")["data"][1]["y"] == d.prefill.tokens
+    assert view(dash, "batch")["data"][0]["y"] == d.decode.tokens
+    grid = view(dash, "grid")["data"]
+    assert len(grid[0]["x"]) == 16 and not grid[1]["x"], "all blocks freed at the end"
+    assert f"<b>step {rec.trace[-1].step}</b>" in dash.view.frame["status"]
+    assert not any(b.disabled for b in dash._play_buttons), "the buttons work again once run() returns"
+
+
+def test_before_the_first_step_the_pool_is_drawn_empty(tiny):
+    engine = tiny_engine(tiny)
+    add_requests(engine)
+    frame = Dashboard(engine).view.frame
+    cells, tokens, _ = frame["views"]["grid"]["data"]
+    assert len(cells["x"]) == 16 and not tokens["x"], "16 free blocks, not 'no snapshot'"
+    assert "0/16 in use" in frame["views"]["grid"]["layout"]["title"]["text"]
+    assert "no steps yet" in frame["status"] and "step 0 of 0" not in frame["status"]
+    batch = frame["views"]["batch"]["layout"]
+    assert batch["xaxis"]["dtick"] >= 1 and batch["xaxis"]["range"][0] == -0.5, "integer step ticks, no ±0.4"
 
 
 def test_run_button_steps_in_the_background_until_paused(tiny):
@@ -270,35 +304,88 @@ def test_run_button_steps_in_the_background_until_paused(tiny):
     dash = Dashboard(engine, refresh_interval=0.0)
 
     async def session() -> None:
-        dash.start()  # the Run button: each step yields to the event loop (the kernel's, in Jupyter)
-        for _ in range(5):
-            await asyncio.sleep(0)
+        dash.start()  # the Run button: each step hands the event loop back (the kernel's, in Jupyter)
+        while len(dash.recording) < 3:
+            await asyncio.sleep(0.005)
         dash.pause()
         paused_at = len(dash.recording)
-        for _ in range(5):
-            await asyncio.sleep(0)
-        assert 0 < len(dash.recording) == paused_at, "Pause stops the background run"
+        await asyncio.sleep(0.1)
+        assert len(dash.recording) == paused_at, "Pause stops the run before its next step"
+        assert not dash.running and dash.index == paused_at - 1
         dash.start()
         await dash._task
         assert dash.recorder.done() and dash.slider.value == len(dash.recording) - 1
+        assert "running at" not in dash.view.frame["status"], "the last frame says the run stopped"
 
     asyncio.run(session())
 
 
+def test_paced_run_draws_every_step_and_waits_for_a_watching_browser(tiny):
+    """At a chosen pace every step is drawn; while a browser reports frames drawn, the engine waits for
+    it (never more than a step ahead of the screen); a browser that stops reporting stops being waited for."""
+    import asyncio
+
+    engine = tiny_engine(tiny)
+    add_requests(engine)
+    dash = Dashboard(engine, steps_per_second=100.0, refresh_interval=0.0)
+    first = dash.view.serial
+
+    async def session() -> None:
+        await dash.play(max_steps=4)
+        assert len(dash.recording) == 4 and dash.view.serial - first == 4 + 1, "a frame per step, one at the end"
+        dash.view._handle(None, {"event": "drawn", "serial": dash.view.serial, "ms": 5.0}, [])  # a browser
+        assert dash.view.watched
+        dash.start()
+        await asyncio.sleep(0.1)
+        assert len(dash.recording) == 5, "one step, then it waits for the browser to draw it"
+        dash.view._handle(None, {"event": "drawn", "serial": dash.view.serial, "ms": 5.0}, [])
+        await asyncio.sleep(0.1)
+        assert len(dash.recording) == 6
+        dash.pause()
+        await dash._task
+
+    asyncio.run(session())
+    assert dash.view.draw_ms == [5.0, 5.0]
+
+
+def test_arrow_keys_step_and_scrub(tiny):
+    engine = tiny_engine(tiny)
+    add_requests(engine, n=2)
+    dash = Dashboard(engine)
+    dash._on_key("ArrowRight")  # at the newest step: the engine takes its next step
+    dash._on_key("ArrowRight")
+    assert len(dash.recording) == 2 and dash.index == 1
+    dash._on_key("ArrowLeft")  # back: scrubs the recording, the engine stays where it is
+    assert len(dash.recording) == 2 and dash.index == 0 and dash.slider.value == 0
+    dash._on_key("ArrowRight")  # forward again over recorded steps before stepping the engine
+    assert len(dash.recording) == 2 and dash.index == 1
+
+
 def test_dashboard_scrubs_and_replays(pressured, tmp_path):
+    import asyncio
+
     _, rec = pressured
     path = tmp_path / "run.jsonl"
     rec.save(path)
-    dash = Dashboard(recording=Recording.load(path))
+    dash = Dashboard(recording=Recording.load(path), steps_per_second=0.0)
     k = max(range(len(rec)), key=lambda i: rec.snapshots[i].num_used)  # the fullest step
     dash.slider.value = k  # as a user dragging the slider
     snap = rec.snapshots[k]
-    assert len(dash.grid_fig.data[1].x) == snap.num_used
-    assert list(dash.grid_fig.data[1].y) == pytest.approx(
+    tokens = view(dash, "grid")["data"][1]
+    assert len(tokens["x"]) == snap.num_used
+    assert tokens["y"] == pytest.approx(
         [CELL * snap.filled[b] / snap.block_size for b in range(snap.num_blocks) if snap.ref_counts[b]])
-    assert list(dash.queue_fig.data[0].y) == [t.num_waiting for t in rec.trace[: k + 1]]
+    assert view(dash, "queues")["data"][0]["y"][:-1] == [t.num_waiting for t in rec.trace[: k + 1]]
     with pytest.raises(ValueError, match="cannot run"):
         dash.run()
+    shown = []
+    send = dash.view.show
+    dash.view.show = lambda frame: (shown.append(frame["step"]), send(frame))[1]
+    dash.refresh_interval = 0.0
+    asyncio.run(dash.play())  # Play, flat out: to the end of the recording, frame by frame
+    assert dash.index == len(rec) - 1 and shown == sorted(shown) and shown[0] == k + 1, shown
+    asyncio.run(dash.play(max_steps=3))  # Play at the end starts over
+    assert dash.index == 2
 
 
 def test_dashboard_builds_engines_from_its_knobs():
@@ -314,9 +401,30 @@ def test_dashboard_builds_engines_from_its_knobs():
         dash.reset(num_blockz=3)
     engine = dash.engine
     dash.controls["scenario"].value, dash.controls["num_blocks"].value = "long prompt spike", 8
+    assert "not applied yet" in dash.pending.value and "KV blocks 8 (running: 200)" in dash.pending.value
+    assert dash.apply_button.description == "Apply & reset (2)"
     dash._apply()  # the Apply button: 8 blocks cannot hold the 256-token prompt
-    assert "not applied" in dash.status.value and "num_blocks" in dash.status.value
+    assert "not applied" in dash.message.value and "num_blocks" in dash.message.value
     assert dash.engine is engine and dash.knobs.num_blocks == 200, "a refused knob changes nothing"
+    assert "not applied yet" in dash.pending.value, "the refused values still show as not applied"
+    dash.controls["num_blocks"].value = 64
+    dash._apply()
+    assert dash.knobs.num_blocks == 64 and dash.knobs.scenario == "long prompt spike"
+    assert dash.pending.value == "" and dash.apply_button.description == "Apply & reset"
+
+
+def test_font_scale_grows_every_text(tiny):
+    engine = tiny_engine(tiny)
+    add_requests(engine)
+    dash = Dashboard(engine)
+    dash.run()
+    small = {n: v["layout"]["font"]["size"] for n, v in dash.view.frame["views"].items()}
+    dash.font.value = 2.0  # the font knob
+    big = dash.view.frame
+    assert big["scale"] == 2.0  # the status, narration and legend lines scale in CSS by this factor
+    assert {n: v["layout"]["font"]["size"] for n, v in big["views"].items()} == {n: 2 * s for n, s in small.items()}
+    with pytest.raises(ValueError, match="font_scale"):
+        Dashboard(engine, font_scale=3.0)
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
@@ -356,3 +464,214 @@ def test_gpu_memory_is_shown_next_to_the_pool_on_cuda(monkeypatch):
     assert gpu_memory_allocated(engine) == 3 * gib
     engine.config.device = "cpu"
     assert gpu_memory_text(engine) == "" and gpu_memory_allocated(engine) is None
+
+
+# ---- the course style ----------------------------------------------------------------------------
+def test_request_hues_never_look_like_a_phase():
+    """Issue: orange was request r4 *and* "prefill", teal decode *and* r2. Request hues keep clear of the
+    phase colours (greys and the alarm red) and of each other, by a visible margin (CIE76 delta E)."""
+    from itertools import combinations
+
+    from minfer.viz import style
+
+    reserved = [*style.PHASE_COLORS.values(), style.CACHED_RIM, style.BLOCK_RIM, style.FREE_BLOCK, style.NEUTRAL,
+                style.REFERENCE_LINE]
+    for hue in style.REQUEST_HUES:
+        assert style.saturation(hue) > 0.25, f"{hue} is nearly grey: greys mean phases"
+        near = min(reserved, key=lambda c: style.color_distance(hue, c))
+        assert style.color_distance(hue, near) > 25, f"request hue {hue} looks like reserved {near}"
+    for a, b in combinations(style.REQUEST_HUES, 2):
+        assert style.color_distance(a, b) > 20, f"two requests in look-alike hues {a}, {b}"
+    assert style.color_distance(style.ALARM, style.REQUEST_HUES[1]) > 25, "orange is not the preemption red"
+
+
+def test_every_view_follows_the_course_style(pressured):
+    """Titled numeric axes, no fixed width, one template: for each figure a chapter or the dashboard draws."""
+    from minfer.viz import style
+    from minfer.viz.frame import FrameOptions, dashboard_frame
+
+    engine, rec = pressured
+    metrics = request_metrics(engine)
+    figures = {"batch": batch_chart(rec.trace), "timeline": timeline_chart(rec.trace, metrics),
+               "grid": block_grid(rec.snapshots[5]), "queues": queue_chart(rec.trace),
+               "latency": latency_chart(metrics, ttft_slo=0.5, itl_slo=0.1)}
+    for name, fig in figures.items():
+        assert style.check_figure(fig) == [], name
+    frame = dashboard_frame(rec, len(rec) - 1, style.ColorMap(), FrameOptions(scale=1.5))
+    for name, spec in frame["views"].items():
+        assert style.check_figure(spec) == [], name
+    # and the check does catch what breaks the style
+    import plotly.graph_objects as go
+
+    bad = go.Figure(go.Scatter(x=[1, 2], y=[3, 4]), layout=dict(width=480, xaxis_title="step"))
+    problems = style.check_figure(bad)
+    assert any("fixed width" in p for p in problems) and any("yaxis has no title" in p for p in problems)
+    assert any("template" in p for p in problems)
+    style.apply(bad).update_yaxes(title_text="tokens")  # a figure made elsewhere, put in the course style
+    assert style.check_figure(bad) == []
+
+
+def test_phases_are_patterns_over_request_hues(pressured):
+    """In the dashboard's timeline colour means the request, the pattern the phase; preempted is red."""
+    from minfer.viz import style
+
+    engine, rec = pressured
+    colors = style.ColorMap()
+    fig = timeline_chart(rec.trace, request_metrics(engine), colors)
+    by_name = {t.name: t for t in fig.data[:5]}
+    assert by_name["prefill"].marker.pattern.shape == "/" and by_name["preempted"].marker.pattern.shape == "x"
+    decode = by_name["decode"]
+    assert list(decode.marker.color) == [colors(r) for r in decode.y], "decode bars in their request's hue"
+    assert by_name["preempted"].marker.line.color == style.ALARM
+    # the legend swatches are the phases' own (grey, patterned), never some request's hue
+    swatches = [t for t in fig.data if t.showlegend]
+    assert {t.marker.color for t in swatches if t.legendgroup.startswith("phase:")} <= {
+        style.PHASE_COLORS["prefill"], style.PHASE_COLORS["decode"], style.rgba(style.PHASE_COLORS["prefill"], 0.12),
+        style.rgba(style.PHASE_COLORS["prefill"], 0.35), style.rgba(style.ALARM, 0.18)}
+
+
+# ---- narration ----------------------------------------------------------------------------------
+def test_narration_says_what_the_scheduler_decided(pressured):
+    from minfer.viz import decisions, narrate
+
+    _, rec = pressured
+    for t in rec.trace:
+        kinds = [(d.kind, d.request) for d in decisions(t)]
+        assert kinds == [*(("admitted", r) for r in t.admitted), *(("preempted", r) for r in t.preempted),
+                         *(("finished", r) for r in t.finished)], f"step {t.step}"
+        line = narrate(t)
+        assert line.startswith(f"step {t.step} · ")
+        for r in t.preempted:
+            assert f"preempted {r} (" in line
+    t = next(t for t in rec.trace if t.finished)
+    assert f"finished {t.finished[0]} (max_tokens=" in narrate(t), "the finish reason in words"
+
+
+# ---- exports and the browser side ----------------------------------------------------------------
+def read_exported_frames(path) -> list[dict]:
+    """The frames inside an exported HTML file (gzipped JSON, base64, in a script tag)."""
+    import base64
+    import gzip
+    import json
+    import re
+
+    page = path.read_text()
+    packed = re.search(r'id="minfer-frames">([^<]*)</script>', page).group(1)
+    return json.loads(gzip.decompress(base64.b64decode(packed)))
+
+
+def test_html_export_holds_every_step_offline(pressured, tmp_path):
+    from minfer.viz import export_html
+    from minfer.viz.widget import plotly_js
+
+    _, rec = pressured
+    path = export_html(rec, tmp_path / "run.html", progress=False)
+    page = path.read_text()
+    assert plotly_js()[:2000] in page, "plotly.js is inside the file: no network needed"
+    assert "https://" not in page.replace(plotly_js(), ""), "nothing else is fetched either"
+    frames = read_exported_frames(path)
+    assert [f["step_number"] for f in frames] == [t.step for t in rec.trace]
+    k = max(range(len(rec)), key=lambda i: rec.snapshots[i].num_used)
+    assert len(frames[k]["views"]["grid"]["data"][1]["x"]) == rec.snapshots[k].num_used
+    part = export_html(rec, tmp_path / "part.html", steps=range(2, 6), start=3, progress=False)
+    assert [f["step"] for f in read_exported_frames(part)] == [2, 3, 4, 5] and 'data-start="1"' in part.read_text()
+    with pytest.raises(ValueError, match="steps"):
+        export_html(rec, tmp_path / "bad.html", steps=range(len(rec), len(rec) + 2))
+
+
+def test_dashboard_exports_what_it_shows(tiny, tmp_path):
+    import base64
+
+    engine = tiny_engine(tiny)
+    add_requests(engine)
+    dash = Dashboard(engine, export_dir=tmp_path)
+    with pytest.raises(ValueError, match="nothing to export"):
+        dash.export_html()
+    dash.run()
+    dash.draw(4)
+    path = dash.export_html()
+    assert path == tmp_path / "minfer-dashboard.html" and "open it in any browser" in dash.message.value
+    assert 'data-start="4"' in path.read_text(), "the file opens at the step on screen"
+    sent = []
+    dash.view.send = lambda content, buffers=None: sent.append(content)  # no browser here: catch the request
+    dash.export_png()
+    assert sent == [{"command": "png", "filename": "minfer-step-4.png", "download": True}]
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n fake").decode()
+    dash.view._handle(None, {"event": "png", "filename": "minfer-step-4.png", "data": png}, [])  # the reply
+    assert dash.last_png == tmp_path / "minfer-step-4.png" and dash.last_png.read_bytes().startswith(b"\x89PNG")
+    dash.view._handle(None, {"event": "png", "error": "no view of this dashboard is on the page"}, [])
+    assert "no PNG" in dash.message.value
+
+
+def test_plotly_js_is_sent_once_per_kernel(tiny):
+    """Each plotly FigureWidget carried its own ~5 MB of JavaScript; a reload had to load ~20 of them. Now
+    one library model holds plotly.js and every dashboard's own code is a few kilobytes."""
+    from minfer.viz.widget import plotly_library
+
+    engine = tiny_engine(tiny)
+    a, b = Dashboard(engine), Dashboard(recording=Recording())
+    assert plotly_library() is plotly_library() and len(plotly_library().source) > 3_000_000
+    for dash in (a, b):
+        assert len(dash.view._esm) < 30_000 and "Plotly.react" in dash.view._esm
+        assert not [w for w in dash.widget.children if "FigureWidget" in type(w).__name__]
+
+
+def test_viz_reads_only_public_engine_data():
+    """Issue 12: widgets see StepTrace, PoolSnapshot and the public engine API -- never scheduler or pool
+    internals (so the engine can change its insides without breaking a lecture)."""
+    import re
+    from pathlib import Path
+
+    import minfer.viz
+
+    for path in Path(minfer.viz.__file__).parent.glob("*.py"):
+        code = path.read_text()
+        assert not re.search(r"\.scheduler\b", code), f"{path.name} reads the scheduler"
+        assert not re.search(r"block_pool\.(?!snapshot\(|num_blocks\b)", code), f"{path.name} reads pool internals"
+
+
+def key_paths(obj, prefix: str = "") -> set[str]:
+    if isinstance(obj, dict):
+        return {p for k, v in obj.items() for p in key_paths(v, f"{prefix}.{k}")} | {prefix}
+    if isinstance(obj, (list, tuple)) and obj and isinstance(obj[0], dict):
+        return {p for i, v in enumerate(obj) for p in key_paths(v, f"{prefix}[{i}]")}
+    return {prefix}
+
+
+def test_frames_are_plain_plotly_json(pressured):
+    """The browser gets the JSON as built, with no plotly.py in between: every key must be plotly.js's own
+    (``line_shape`` is plotly.py shorthand that plotly.js ignores: validation would nest it as ``line.shape``)."""
+    import json
+
+    import plotly.graph_objects as go
+
+    from minfer.viz import style
+    from minfer.viz.frame import FrameOptions, dashboard_frame
+
+    _, rec = pressured
+    frame = dashboard_frame(rec, len(rec) // 2, style.ColorMap(), FrameOptions())
+    json.dumps(frame)  # and it is JSON
+    for name, spec in frame["views"].items():
+        validated = go.Figure(spec).to_plotly_json()
+        assert key_paths(spec["data"]) == key_paths(validated["data"]), name
+
+
+def test_narration_and_rows_use_the_recorded_reasons_tenants_and_priorities(pressured):
+    from dataclasses import replace
+
+    from minfer.viz import narrate
+    from minfer.viz.frame import FrameOptions, dashboard_frame
+
+    engine, rec = pressured
+    k = next(i for i, t in enumerate(rec.trace) if t.preempted)
+    victim = rec.trace[k].preempted[0]
+    why = rec.trace[k].reasons[victim]  # the scheduler's own phrase
+    assert why.startswith("pool full:") and "the most recently admitted running request" in why
+    trace = list(rec.trace)
+    trace[0] = replace(rec.trace[0], tenants={"r0": "alice", "r1": "bob"}, priorities={"r1": 2})
+    assert f"preempted {victim} ({why})" in narrate(trace[k])
+    fig = timeline_chart(trace, request_metrics(engine))
+    assert {"r0 · alice", "r1 · bob · priority 2", "r2"} <= set(fig.layout.yaxis.categoryarray)
+    frame = dashboard_frame(Recording(trace=trace, snapshots=rec.snapshots, metrics=rec.metrics), k,
+                            ColorMap(), FrameOptions())
+    assert "r1 · bob · priority 2" in frame["legend"] and why in frame["narration"]

@@ -26,6 +26,8 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from minfer.units import ceil_div
+
 
 class BlockPoolError(ValueError):
     """Raised for a request the pool cannot honour; the pool is left unchanged."""
@@ -104,13 +106,10 @@ class BlockPool:
     def num_free_blocks(self) -> int:
         return len(self.free_queue)
 
-    def can_allocate(self, n: int) -> bool:
-        return 0 <= n <= len(self.free_queue)
-
     def blocks_for(self, num_tokens: int) -> int:
         """Blocks that hold ``num_tokens`` tokens: the ceiling of ``num_tokens / block_size``."""
         # BEGIN EXERCISE E3.1
-        return -(-num_tokens // self.block_size)
+        return ceil_div(num_tokens, self.block_size)
         # END EXERCISE
 
     def blocks_needed(self, owner: str, num_new_tokens: int) -> int:

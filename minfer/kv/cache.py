@@ -7,23 +7,16 @@ so one block id addresses the same slots in all 2 × num_layers planes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 from torch import Tensor
 
 from minfer.model.config import ModelConfig
-from minfer.model.llama import Attention
-from minfer.ops.paged_attention import AttentionMetadata
-
-StoreKV = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], None]
-PagedAttentionFn = Callable[[Tensor, Tensor, Tensor, AttentionMetadata], Tensor]
+from minfer.ops.attention import Attention, AttentionBackend, AttentionMetadata, AttentionOps
 
 
 def bytes_per_block(cfg: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
     """K and V, every layer, ``block_size`` tokens: what one block id costs in memory."""
-    elem = torch.empty((), dtype=dtype).element_size()
-    return 2 * cfg.num_layers * block_size * cfg.num_kv_heads * cfg.head_dim * elem
+    return block_size * cfg.kv_bytes_per_token(torch.empty((), dtype=dtype).element_size())
 
 
 def num_blocks_for_memory(cfg: ModelConfig, block_size: int, dtype: torch.dtype, budget_bytes: int) -> int:
@@ -41,12 +34,19 @@ def num_blocks_for_gpu(cfg: ModelConfig, block_size: int, dtype: torch.dtype, ut
 
 
 class PagedKVCache:
+    """The cache tensor and the attention backend that reads and writes it."""
+
     def __init__(self, cfg: ModelConfig, num_blocks: int, block_size: int, dtype: torch.dtype,
-                 device: torch.device | str, store_kv: StoreKV, paged_attention: PagedAttentionFn) -> None:
+                 device: torch.device | str, ops: AttentionOps) -> None:
         self.num_blocks, self.block_size = num_blocks, block_size
         self.kv = torch.zeros(cfg.num_layers, 2, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim,
                               dtype=dtype, device=device)
-        self._store_kv, self._paged_attention = store_kv, paged_attention
+        self.ops = ops
+
+    @property
+    def backend(self) -> AttentionBackend:
+        """The attention backend's record: its name and capabilities (``graph_safe``, ...)."""
+        return self.ops.backend
 
     @property
     def nbytes(self) -> int:
@@ -55,9 +55,11 @@ class PagedKVCache:
     def attention(self, meta: AttentionMetadata) -> Attention:
         """The model's attention backend for one step: store the new K/V, then attend through block tables."""
 
+        store_kv, paged_attention = self.ops.store_kv, self.ops.paged_attention
+
         def attend(layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
             k_cache, v_cache = self.kv[layer, 0], self.kv[layer, 1]
-            self._store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
-            return self._paged_attention(q, k_cache, v_cache, meta)
+            store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+            return paged_attention(q, k_cache, v_cache, meta)
 
         return attend

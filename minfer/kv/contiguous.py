@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from minfer.model.config import ModelConfig
-from minfer.model.llama import Attention
+from minfer.ops.attention import Attention
 
 
 class ContiguousKVCache:

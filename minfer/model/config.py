@@ -39,10 +39,10 @@ class ModelConfig:
                 f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
             )
 
-    @property
-    def gqa_ratio(self) -> int:
-        """How many query heads share one K/V head (grouped-query attention)."""
-        return self.num_heads // self.num_kv_heads
+    def kv_bytes_per_token(self, bytes_per_element: int) -> int:
+        """K and V of one token in every layer: the unit of KV-cache memory (a block holds ``block_size`` of
+        them) and of a decode's attention traffic. The real cache and the simulator both price it here."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * bytes_per_element
 
     @property
     def num_parameters(self) -> int:

@@ -3,7 +3,8 @@
 Hugging Face models take a padded ``[batch, seq]`` rectangle. An inference engine cannot afford the
 padding: one step mixes a 512-token prefill chunk of one request with single decode tokens of thirty
 others. So this model takes one flat list of ``T`` tokens with an explicit position each, and leaves
-"which tokens attend to which cached keys" to an :class:`Attention` backend passed in per forward.
+"which tokens attend to which cached keys" to an ``Attention`` backend passed in per forward
+(its contract is ``minfer/ops/attention.py``).
 Everything else (norms, projections, MLP) is per token, so it does not care how tokens are grouped.
 
 The backend is the seam where the KV cache plugs in: a contiguous cache (chapter 01), the paged
@@ -12,24 +13,12 @@ cache of chapter 03, or Triton kernels (chapter 07) -- the model never changes.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from minfer.model.config import ModelConfig
-
-
-class Attention(Protocol):
-    """What a layer needs from the KV cache for one forward pass.
-
-    ``q``: ``[T, num_heads, head_dim]``; ``k``, ``v``: ``[T, num_kv_heads, head_dim]`` for the step's new
-    tokens (rotary already applied). The backend stores ``k``/``v`` in layer ``layer``'s cache, then returns
-    each query's attention output ``[T, num_heads, head_dim]`` over its own request's cached tokens.
-    """
-
-    def __call__(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor: ...
+from minfer.ops.attention import Attention
 
 
 class RMSNorm(nn.Module):
@@ -78,6 +67,9 @@ def rope_inv_freq(cfg: ModelConfig) -> Tensor:
 class RotaryEmbedding(nn.Module):
     """cos/sin tables for every position, looked up by each token's explicit position."""
 
+    cos: Tensor
+    sin: Tensor
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         pos = torch.arange(cfg.max_position_embeddings, dtype=torch.float)
@@ -119,7 +111,7 @@ class DecoderLayer(nn.Module):
         q_size, kv_size, _ = self.split
         qk, v = self.qkv_proj(self.input_layernorm(x)).split([q_size + kv_size, kv_size], dim=-1)
         qk = qk.view(t, nh + nkv, self.head_dim)  # the heads of q, then those of k
-        if self.q_norm is not None:  # Qwen3: each head of q and k normalized (own weights) before rotary
+        if self.q_norm is not None and self.k_norm is not None:  # Qwen3: q and k heads normalized before rotary
             qk = torch.cat([self.q_norm(qk[:, :nh]), self.k_norm(qk[:, nh:])], dim=1)
         q, k = apply_rotary(qk, cos, sin).split([nh, nkv], dim=1)  # q and k rotate in one pass
         attn = attention(self.index, q, k, v.view(t, nkv, self.head_dim))  # the only place requests' tokens meet

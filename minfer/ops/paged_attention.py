@@ -11,25 +11,14 @@ request's tokens: the ``seq_len - query_len`` already cached plus the new ones u
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-
-@dataclass(slots=True)
-class AttentionMetadata:
-    """Where one step's tokens come from and where their keys go; built by the ModelRunner."""
-
-    slot_mapping: Tensor  # [T] cache slot of each new token
-    query_start_loc: Tensor  # [B+1] offsets of each request's tokens in the flat batch
-    seq_lens: Tensor  # [B] tokens of each request in the cache after this step (context + new)
-    block_tables: Tensor  # [B, max_blocks] int32, padded with 0 (padding is masked by seq_lens)
-    num_decodes: int  # the first num_decodes requests have exactly one new token
-    max_query_len: int
-    max_seq_len: int
-    memo: dict = field(default_factory=dict)  # what the reference derives once per step, not once per layer
+from minfer.ops.attention import AttentionMetadata
+from minfer.units import ceil_div
 
 
 def store_kv(k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, slot_mapping: Tensor) -> None:
@@ -56,7 +45,7 @@ def gather_kv(cache: Tensor, block_tables: Tensor, length: int, slot: int = 0) -
     """``[B, Hkv, length, D]``: each request's first ``length`` cached tokens, read through its block table
     (a copy: the blocks of one request lie anywhere in the pool)."""
     num_blocks, block_size, heads, dim = cache.shape
-    tables = block_tables[:, : -(-length // block_size)]  # the blocks that hold the first `length` tokens
+    tables = block_tables[:, : ceil_div(length, block_size)]  # the blocks that hold the first `length` tokens
     out = scratch(slot, tables.numel() * block_size * heads * dim, cache)
     torch.index_select(cache.view(num_blocks, -1), 0, tables.flatten(), out=out.view(tables.numel(), -1))
     return out.view(len(tables), -1, heads, dim)[:, :length].transpose(1, 2)
@@ -96,13 +85,13 @@ def attention_groups(meta: AttentionMetadata, block_size: int, device: torch.dev
     for a, b in decode_buckets(seq_lens[:nd]) if decodes else ():
         length = max(seq_lens[a:b])
         visible = torch.arange(length, device=device)[None, :] < meta.seq_lens[a:b, None]  # mask the padding
-        tables = meta.block_tables[a:b, : -(-length // block_size)]
+        tables = meta.block_tables[a:b, : ceil_div(length, block_size)]
         groups.append(Group(slice(a, b), tables, length, visible[:, None], decode=True))
     for i in range(nd, len(seq_lens)):  # prefill chunks: a few per step, each a causal block
         s, e, length = starts[i], starts[i + 1], seq_lens[i]
         pos = torch.arange(length - (e - s), length, device=device)  # the chunk's positions
         visible = torch.arange(length, device=device)[None, :] <= pos[:, None]
-        tables = meta.block_tables[i : i + 1, : -(-length // block_size)]
+        tables = meta.block_tables[i : i + 1, : ceil_div(length, block_size)]
         groups.append(Group(slice(s, e), tables, length, visible[None], decode=False))
     return groups
 

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from minfer.ops.paged_attention import AttentionMetadata, store_kv
+from minfer.ops.attention import AttentionMetadata
+from minfer.ops.paged_attention import store_kv
+from minfer.units import ceil_div
 
 
 @dataclass(slots=True)
@@ -37,7 +39,7 @@ def random_paged_batch(chunks: list[tuple[int, int]], *, block_size: int = 16, n
         raise ValueError("each chunk needs context_len >= 0 and query_len >= 1")
     gen = torch.Generator().manual_seed(seed)
     seq_lens = [c + n for c, n in chunks]
-    need = [-(-s // block_size) for s in seq_lens]
+    need = [ceil_div(s, block_size) for s in seq_lens]
     num_blocks = sum(need) + spare_blocks
     order = torch.randperm(num_blocks, generator=gen).tolist()  # scattered blocks, as in a busy pool
     tables, used = [], 0
@@ -56,15 +58,15 @@ def random_paged_batch(chunks: list[tuple[int, int]], *, block_size: int = 16, n
     def randn(*shape: int) -> Tensor:
         return torch.randn(*shape, generator=gen).to(device=device, dtype=dtype)
 
-    t = len(slots)
+    num_tokens = len(slots)
     meta = AttentionMetadata(
         slot_mapping=torch.tensor(slots, device=device), query_start_loc=query_start_loc.to(device),
         seq_lens=torch.tensor(seq_lens, device=device), block_tables=block_tables.to(device),
         num_decodes=sum(n == 1 for _, n in chunks), max_query_len=max(n for _, n in chunks),
         max_seq_len=max(seq_lens),
     )
-    return PagedBatch(q=randn(t, num_kv_heads * group, head_dim), k=randn(t, num_kv_heads, head_dim),
-                      v=randn(t, num_kv_heads, head_dim),
+    return PagedBatch(q=randn(num_tokens, num_kv_heads * group, head_dim),
+                      k=randn(num_tokens, num_kv_heads, head_dim), v=randn(num_tokens, num_kv_heads, head_dim),
                       k_cache=randn(num_blocks, block_size, num_kv_heads, head_dim),
                       v_cache=randn(num_blocks, block_size, num_kv_heads, head_dim), meta=meta)
 

@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from minfer.ops.paged_attention import AttentionMetadata
+from minfer.ops.attention import AttentionMetadata
 
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x * log2(e)); exp2 is the GPU's native instruction
 

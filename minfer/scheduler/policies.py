@@ -1,4 +1,6 @@
-"""Priority, shortest-job-first and weighted-fair queue policies, refinements of FCFS (``policy.Policy``)."""
+"""Priority, shortest-job-first and weighted-fair queue policies, refinements of FCFS (``policy.Policy``), and
+the registry ``POLICIES`` that maps each ``EngineConfig.policy`` name to its class. A new policy is a class here
+(or in a module of its own) plus one entry in ``POLICIES`` and its name in ``minfer.types.PolicyName``."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from collections import defaultdict, deque
 from collections.abc import Iterator
 from typing import Any
 
+from minfer.config import EngineConfig
 from minfer.request import Request
 from minfer.scheduler.policy import Policy
 
@@ -72,6 +75,7 @@ class PriorityPolicy(HeapPolicy):
     priority and, among those, the most recently admitted."""
 
     name = "priority"
+    victim_rule = "the lowest-priority running request (of those, the most recently admitted)"
 
     def order(self, req: Request, front: bool) -> tuple:
         return (req.priority, 0 if front else 1, req.arrival_time)
@@ -95,6 +99,7 @@ class ShortestJobFirstPolicy(HeapPolicy):
     preemption it stays the same after a preemption (the prompt and the tokens so far are computed again)."""
 
     name = "sjf"
+    victim_rule = "the running request with the most work (of equals, the most recently admitted)"
 
     def order(self, req: Request, front: bool) -> tuple:
         # BEGIN EXERCISE E9.1
@@ -130,6 +135,10 @@ class FairPolicy(Policy):
         self.served: defaultdict[str | None, float] = defaultdict(float)  # tokens computed, per tenant
         self.vtime = 0.0
         self.size = 0
+
+    @classmethod
+    def from_config(cls, config: EngineConfig) -> FairPolicy:
+        return cls(config.tenant_weights)
 
     def weight(self, tenant: str | None) -> float:
         return self.weights.get(tenant, 1.0) if tenant is not None else 1.0
@@ -195,3 +204,13 @@ class FairPolicy(Policy):
 
     def on_scheduled(self, req: Request, num_tokens: int) -> None:
         self.served[req.tenant] += num_tokens
+
+
+POLICIES: dict[str, type[Policy]] = {p.name: p for p in (Policy, PriorityPolicy, ShortestJobFirstPolicy, FairPolicy)}
+
+
+def make_policy(config: EngineConfig) -> Policy:
+    """The queue policy ``config.policy`` names."""
+    if config.policy not in POLICIES:
+        raise ValueError(f"policy must be one of {tuple(POLICIES)}, got {config.policy!r}")
+    return POLICIES[config.policy].from_config(config)

@@ -11,7 +11,8 @@ A policy owns the waiting queue and ranks running requests. The scheduler asks i
 * iterating the policy yields the waiting requests **in the order it would admit them** (load shedding
   predicts each request's wait from the work queued ahead of it in that order).
 
-``Policy`` itself is first come, first served; ``policies.py`` refines it.
+``Policy`` itself is first come, first served; ``policies.py`` refines it and registers every policy by
+name (``POLICIES``), which is how ``EngineConfig(policy=...)`` finds one.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
+from minfer.config import EngineConfig
 from minfer.request import Request
 
 
@@ -27,9 +29,15 @@ class Policy:
     """First come, first served: the base every policy refines."""
 
     name = "fcfs"
+    victim_rule = "the most recently admitted running request"  # who ``rank`` makes the preemption victim
 
     def __init__(self) -> None:
         self.queue: deque[Request] = deque()
+
+    @classmethod
+    def from_config(cls, config: EngineConfig) -> Policy:
+        """Build the policy for an engine (a policy with settings reads them from the config)."""
+        return cls()
 
     def push(self, req: Request) -> None:
         self.queue.append(req)
@@ -63,15 +71,3 @@ class Policy:
         """Raise a waiting request one level (``queue_timeout_action="promote"``). FCFS has no levels: the
         request that waited longest is already at the front."""
         raise NotImplementedError(f"policy {self.name!r} has no levels to promote through; use 'priority'")
-
-
-def make_policy(name: str, tenant_weights: dict[str, float] | None = None) -> Policy:
-    if name == "fcfs":
-        return Policy()
-    from minfer.scheduler.policies import FairPolicy, PriorityPolicy
-
-    if name == "priority":
-        return PriorityPolicy()
-    if name == "fair":
-        return FairPolicy(tenant_weights or {})
-    raise ValueError(f"unknown policy {name!r}")

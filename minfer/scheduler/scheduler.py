@@ -15,8 +15,14 @@ long or can no longer meet their TTFT target are timed out or shed (``shedding.p
 cut to ``max_waiting`` by refusing the newest arrivals. Queue order and victims come from the policy
 (``policy.py``, ``policies.py``).
 
-``update()`` then takes the sampled tokens: it advances each request, appends tokens, checks stop
-conditions, and frees the blocks of finished requests at once, so the very next step can use them.
+``update()`` then takes the sampled tokens: it advances each request, appends tokens and says which should
+stop (EOS, a stop token, its length). Every request ends through one method, ``finish()``, whatever the
+reason -- those stops, a stop string the engine found in the text, an abort, a refusal, a timeout, an error
+-- and ``finish()`` frees its blocks at once, so the very next step can use them.
+
+The scheduler also keeps a short log for the step record: why each request was admitted, preempted or
+finished, one phrase each (``notes``), and who joined the queue (``joined``). The engine takes both into
+every ``StepTrace``.
 """
 
 from __future__ import annotations
@@ -29,8 +35,11 @@ from dataclasses import dataclass, field
 from minfer.config import EngineConfig
 from minfer.kv.block_pool import BlockPool, chain_hashes
 from minfer.request import Request, RequestStatus
-from minfer.scheduler.policy import make_policy
+from minfer.scheduler.policies import make_policy
 from minfer.scheduler.shedding import DrainRate, expired_requests
+from minfer.types import FinishReason
+
+StopCheck = tuple[Request, FinishReason | None, str | int | None]  # a request that got a token; why to stop
 
 
 @dataclass(slots=True)
@@ -41,6 +50,7 @@ class ScheduledChunk:
     start: int
     num_tokens: int
     is_decode: bool  # one token, the one sampled last step (else: a prompt chunk, or a recompute)
+    block_table: list[int]  # the request's KV blocks in token order (the pool's list: read it in this step only)
 
     @property
     def samples(self) -> bool:
@@ -50,6 +60,8 @@ class ScheduledChunk:
 
 @dataclass(slots=True)
 class SchedulerOutput:
+    """The plan of one step: everything an executor needs, and what changed in the queues."""
+
     chunks: list[ScheduledChunk] = field(default_factory=list)
     admitted: list[Request] = field(default_factory=list)  # left the queue this step
     preempted: list[Request] = field(default_factory=list)  # lost their blocks this step
@@ -65,6 +77,28 @@ class SchedulerOutput:
         return sum(1 for c in self.chunks if c.is_decode)
 
 
+@dataclass(slots=True)
+class StepBudget:
+    """What one step may still compute: tokens of any kind, prompt tokens, and prefill chunks."""
+
+    tokens: int  # every token: prompt chunks and decodes (max_num_batched_tokens)
+    prompt: int  # prompt (or recompute) tokens (chunked_prefill_size)
+    chunks: int  # prompts the step may work on (max_prefill_chunks_per_step)
+
+    def prefill_chunk(self, remaining: int) -> int:
+        """How many of a prompt's ``remaining`` tokens this step may compute: as many as both token budgets
+        allow, if a chunk is left -- else 0. What is left waits for the next step (chunked prefill)."""
+        if self.chunks <= 0:
+            return 0
+        return min(remaining, self.prompt, self.tokens)
+
+    def spend(self, num_tokens: int, decode: bool) -> None:
+        self.tokens -= num_tokens
+        if not decode:
+            self.prompt -= num_tokens
+            self.chunks -= 1
+
+
 def step_budgets(config: EngineConfig, max_model_len: int) -> tuple[int, int]:
     """(prompt tokens one step may ingest, tokens one step may compute). Unchunked, a whole prompt is one
     step's prompt budget; the token budget defaults to a full prompt budget plus one decode per sequence."""
@@ -76,7 +110,7 @@ class Scheduler:
     def __init__(self, config: EngineConfig, pool: BlockPool, max_model_len: int) -> None:
         self.config, self.pool, self.max_model_len = config, pool, max_model_len
         self.block_size = pool.block_size
-        self.policy = make_policy(config.policy, config.tenant_weights)
+        self.policy = make_policy(config)
         self.running: list[Request] = []  # kept sorted by policy rank
         self._rank_keys: list = []  # rank of each running request, parallel to self.running
         self.pending: list[tuple[float, int, Request]] = []  # heap of future arrivals
@@ -86,6 +120,8 @@ class Scheduler:
         self._arrivals: list[Request] = []  # queued since the last schedule(): max_waiting may refuse them
         self.drain = DrainRate()  # how fast the queue drains (SLO shedding predicts waits from it)
         self.queued_since: dict[str, float] = {}  # when a promoted request's queue-time clock restarted
+        self.notes: dict[str, str] = {}  # request id → why it was admitted, preempted or finished (this step)
+        self.joined: list[Request] = []  # requests that joined the queue since the last step record
 
     # ---- the queue -------------------------------------------------------------------------------
     def add_request(self, req: Request, now: float) -> None:
@@ -99,6 +135,7 @@ class Scheduler:
     def _enqueue(self, req: Request) -> None:
         req.status = RequestStatus.WAITING
         self.policy.push(req)
+        self.joined.append(req)
         if self.config.max_waiting is not None:
             self._arrivals.append(req)
 
@@ -120,74 +157,94 @@ class Scheduler:
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests)
 
+    def blocks_held(self) -> dict[str, int]:
+        """KV blocks each running request holds, in rank order."""
+        return {r.request_id: len(self.pool.table(r.request_id)) for r in self.running}
+
+    def take_log(self) -> tuple[dict[str, str], list[Request]]:
+        """The notes and the arrivals since the last call (the engine puts them in each step's trace)."""
+        notes, joined = self.notes, self.joined
+        self.notes, self.joined = {}, []
+        return notes, joined
+
     # ---- one step --------------------------------------------------------------------------------
     def schedule(self, now: float) -> SchedulerOutput:
+        """Plan the next step: gatekeeping, then running requests, then waiting ones, then the queue cap."""
         cfg = self.config
         out = SchedulerOutput()
         self._release_arrivals(now)
         self._drop_expired(now, out)
         if cfg.priority_preemption:
             self._preempt_for_priority(out)
+        budget = StepBudget(self.max_num_batched_tokens, self.prompt_budget, cfg.max_prefill_chunks_per_step)
+        short_of_memory = self._schedule_running(budget, out)
+        if not short_of_memory:  # memory is short: admitting more would only preempt again
+            self._schedule_waiting(budget, now, out)
+        if cfg.max_waiting is not None:
+            self._refuse_overflow(now, out)
+        return out
 
-        tokens_left = self.max_num_batched_tokens
-        prompt_left = self.prompt_budget
-        chunks_left = cfg.max_prefill_chunks_per_step
-
-        # 1. running requests, most important first
-        short_of_memory = False
-        pool, running = self.pool, self.running
+    def _schedule_running(self, budget: StepBudget, out: SchedulerOutput) -> bool:
+        """1. Running requests, most important first: one decode token each, or their next prefill chunk.
+        Returns whether memory ran short (someone was preempted to make room)."""
+        running, preempted_before = self.running, len(out.preempted)
         i = 0
-        while i < len(running) and tokens_left > 0:
+        while i < len(running) and budget.tokens > 0:
             req = running[i]
             n = req.num_tokens - req.num_computed_tokens
             decode = n == 1 and len(req.output_token_ids) > 0  # the token sampled last step
             if not decode:  # still in prefill (or recomputing): its next chunk, if the step has room
-                n = min(n, prompt_left, tokens_left) if chunks_left > 0 else 0
+                n = budget.prefill_chunk(n)
                 if n <= 0:
                     i += 1
                     continue
-            while pool.try_append_slots(req.request_id, n) is None:  # the pool is short of blocks:
-                victim = running[-1]  # preempt the lowest rank (maybe req itself), then try again
-                self._preempt(victim, out)
-                short_of_memory = True
-                if victim is req:
-                    break
-            else:
-                out.chunks.append(ScheduledChunk(req, req.num_computed_tokens, n, decode))
-                self.policy.on_scheduled(req, n)
-                tokens_left -= n
-                if not decode:
-                    prompt_left -= n
-                    chunks_left -= 1
-                i += 1
-                continue
-            break  # req preempted itself: everything after it is gone too
+            if not self._make_room(req, n, out):
+                break  # req preempted itself: everything after it is gone too
+            out.chunks.append(ScheduledChunk(req, req.num_computed_tokens, n, decode, self.pool.table(req.request_id)))
+            self.policy.on_scheduled(req, n)
+            budget.spend(n, decode)
+            i += 1
+        return len(out.preempted) > preempted_before
 
-        # 2. waiting requests, in queue order, while budgets and memory allow
-        while (not short_of_memory and tokens_left > 0 and chunks_left > 0 and prompt_left > 0
+    def _make_room(self, req: Request, n: int, out: SchedulerOutput) -> bool:
+        """Grow ``req`` by ``n`` token slots, preempting the lowest-ranked running request (the last in the
+        list) until the pool can give the blocks. False if ``req`` itself was the one preempted."""
+        while self.pool.try_append_slots(req.request_id, n) is None:
+            victim = self.running[-1]
+            rule = self.policy.victim_rule
+            why = (f"pool full: it needed a block, and it is itself {rule}" if victim is req
+                   else f"pool full: {req.request_id} needed a block; {victim.request_id} is {rule}")
+            self._preempt(victim, out, why)
+            if victim is req:
+                return False
+        return True
+
+    def _schedule_waiting(self, budget: StepBudget, now: float, out: SchedulerOutput) -> None:
+        """2. Waiting requests, in queue order, while the budgets, the sequence slots and the pool allow."""
+        cfg = self.config
+        while (budget.tokens > 0 and budget.chunks > 0 and budget.prompt > 0
                and len(self.running) < cfg.max_num_seqs and (req := self.policy.peek()) is not None):
             hits = self._prefix_hits(req)
-            computed = len(hits) * self.block_size
-            n = req.num_tokens - computed  # the whole prompt (or, after preemption, prompt + output)
-            limit = min(prompt_left, tokens_left)
+            n = req.num_tokens - len(hits) * self.block_size  # the whole prompt (after preemption: + output)
             if cfg.enable_chunked_prefill:
-                n = min(n, limit)
-            elif n > limit and out.chunks:  # unchunked: the whole prompt at once, alone if it must
+                n = budget.prefill_chunk(n)
+            elif n > min(budget.prompt, budget.tokens) and out.chunks:  # unchunked: whole, alone if it must
                 break
             total_blocks, need = self._admission_blocks(req, hits, n)
             if need > self.pool.num_free_blocks:
                 break  # head-of-line: wait for memory rather than let smaller requests overtake
             self.policy.pop()
             self._admit(req, hits, total_blocks, now, out)
+            self.notes[req.request_id] = self._admission_note(req, n, need)
             self.pool.append_slots(req.request_id, n)  # within the blocks _admit just allocated
-            out.chunks.append(ScheduledChunk(req, req.num_computed_tokens, n, False))
+            out.chunks.append(ScheduledChunk(req, req.num_computed_tokens, n, False, self.pool.table(req.request_id)))
             self.policy.on_scheduled(req, n)
-            tokens_left -= n
-            prompt_left -= n
-            chunks_left -= 1
-        if cfg.max_waiting is not None:
-            self._refuse_overflow(now, out)
-        return out
+            budget.spend(n, decode=False)
+
+    def _admission_note(self, req: Request, n: int, need: int) -> str:
+        resume = "resumes after preemption, recomputing: " if req.metrics.num_preemptions else ""
+        cached = f", {req.num_computed_tokens} tokens from the prefix cache" if req.num_computed_tokens else ""
+        return f"{resume}{n} tokens this step, {need} of {self.pool.num_free_blocks + need} free blocks{cached}"
 
     def _prefix_hits(self, req: Request) -> list[int]:
         """Cached blocks of the request's longest cached prefix, leaving at least one token to compute
@@ -231,7 +288,7 @@ class Scheduler:
         i = self.running.index(req)
         del self.running[i], self._rank_keys[i]
 
-    def _preempt(self, req: Request, out: SchedulerOutput) -> None:
+    def _preempt(self, req: Request, out: SchedulerOutput, why: str) -> None:
         """Recompute-style preemption: drop its KV blocks, keep its tokens, queue it at the front."""
         self._remove_running(req)
         self.pool.free(req.request_id)
@@ -240,6 +297,7 @@ class Scheduler:
         req.metrics.num_preemptions += 1
         self.policy.push_front(req)
         out.preempted.append(req)
+        self.notes[req.request_id] = why
 
     def _preempt_for_priority(self, out: SchedulerOutput) -> None:
         """policy="priority" with priority_preemption: a waiting request that outranks the lowest running
@@ -253,26 +311,28 @@ class Scheduler:
                 n = min(head.num_tokens - len(hits) * self.block_size, self.prompt_budget)  # unchunked: all of it
                 if self._admission_blocks(head, hits, n)[1] <= self.pool.num_free_blocks:
                     return
-            self._preempt(victim, out)
+            self._preempt(victim, out, f"priority: {head.request_id} (priority {head.priority}) outranks it "
+                                       f"(priority {victim.priority}) and could not start otherwise")
 
     def _drop_expired(self, now: float, out: SchedulerOutput) -> None:
         """Queue timeouts and SLO shedding (both off by default; see ``shedding.py``)."""
         cfg = self.config
         if cfg.max_queue_time is None and cfg.ttft_slo is None:
             return
-        for req, action, why in expired_requests(self, now):
+        for req, action, why in expired_requests(cfg, self.policy, self.running, self.drain, self.queued_since,
+                                                 now):
             if action == "promote":
                 self.policy.promote(req)
                 self.queued_since[req.request_id] = now  # its timeout clock restarts at the new level
             else:
-                self._drop_waiting(req, action, why, now, out)
+                self._drop_waiting(req, action, why, now, out)  # type: ignore[arg-type]
 
     def _refuse_overflow(self, now: float, out: SchedulerOutput) -> None:
         """Admission control: after this round's admissions at most ``max_waiting`` requests wait. The newest
         arrivals beyond that are refused -- never a request accepted earlier, never a preempted one."""
         cap = self.config.max_waiting
         arrivals, self._arrivals = self._arrivals, []
-        excess = len(self.policy) - cap
+        excess = len(self.policy) - cap  # type: ignore[operator]
         for req in reversed(arrivals):
             if excess <= 0:
                 break
@@ -280,10 +340,9 @@ class Scheduler:
                 self._drop_waiting(req, "rejected", f"queue full (max_waiting={cap})", now, out)
                 excess -= 1
 
-    def _drop_waiting(self, req: Request, reason: str, why: str, now: float, out: SchedulerOutput) -> None:
+    def _drop_waiting(self, req: Request, reason: FinishReason, why: str, now: float, out: SchedulerOutput) -> None:
         """End a waiting request without running it; this step's outputs report it."""
-        self.policy.remove(req)
-        self._finish(req, reason, why, now)
+        self.finish(req, reason, why, now)
         out.finished.append(req)
 
     # ---- after the forward pass ------------------------------------------------------------------
@@ -291,9 +350,11 @@ class Scheduler:
         """Learn from a finished step how fast the queue drains (for SLO shedding)."""
         self.drain.observe(out.num_prefill_tokens, duration, backlogged=len(self.policy) > 0)
 
-    def update(self, out: SchedulerOutput, sampled: dict[str, int], now: float) -> list[Request]:
-        """Advance every scheduled request; returns those that got a token (some now finished)."""
-        changed = []
+    def update(self, out: SchedulerOutput, sampled: dict[str, int], now: float) -> list[StopCheck]:
+        """Advance every scheduled request and append its sampled token. Returns, for each request that got a
+        token, why it should stop -- EOS, a stop token, its length -- or None. Nothing ends here: the engine
+        first looks for stop strings (they need the text), then ends requests through ``finish``."""
+        changed: list[StopCheck] = []
         caching = self.config.enable_prefix_caching
         for chunk in out.chunks:
             req = chunk.request
@@ -310,13 +371,11 @@ class Scheduler:
             if m.first_token_time is None:
                 m.first_token_time = now
             m.token_times.append(now)
-            reason, why = self._stop_reason(req, token)
-            if reason:
-                self._finish(req, reason, why, now)
-            changed.append(req)
+            changed.append((req, *self.stop_reason(req, token)))
         return changed
 
-    def _stop_reason(self, req: Request, token: int) -> tuple[str | None, str | int | None]:
+    def stop_reason(self, req: Request, token: int) -> tuple[FinishReason | None, str | int | None]:
+        """Should ``req`` stop after sampling ``token``? (The engine adds stop strings.)"""
         p = req.params
         if not p.ignore_eos and token in req.eos_token_ids:
             return "stop", token
@@ -328,17 +387,17 @@ class Scheduler:
             return "length", f"max_model_len={self.max_model_len}"
         return None, None
 
-    def finish(self, req: Request, reason: str, why: str | int | None, now: float) -> None:
-        """End a request from outside (a stop string, an abort)."""
+    def finish(self, req: Request, reason: FinishReason, why: str | int | None, now: float) -> None:
+        """End a request, whatever the reason: it leaves the queue or the running list, and its blocks are
+        freed at once. The only way a request ends."""
+        if req.status is RequestStatus.FINISHED:
+            raise ValueError(f"request {req.request_id!r} has already finished ({req.finish_reason})")
         if req.status is RequestStatus.WAITING:
             self.policy.remove(req)
         elif req.status is RequestStatus.PENDING:
             self.pending = [e for e in self.pending if e[2] is not req]
             heapq.heapify(self.pending)
-        self._finish(req, reason, why, now)
-
-    def _finish(self, req: Request, reason: str, why: str | int | None, now: float) -> None:
-        if req.status is RequestStatus.RUNNING:
+        elif req.status is RequestStatus.RUNNING:
             self._remove_running(req)
             self.pool.free(req.request_id)
         req.status = RequestStatus.FINISHED
@@ -346,6 +405,7 @@ class Scheduler:
         req.metrics.finished_time = now
         self.requests.pop(req.request_id, None)
         self.queued_since.pop(req.request_id, None)
+        self.notes[req.request_id] = finish_note(req)
 
     # ---- checks ----------------------------------------------------------------------------------
     def check_invariants(self) -> None:
@@ -371,3 +431,17 @@ class Scheduler:
         ids = set(run_ids) | {r.request_id for r in waiting} | {e[2].request_id for e in self.pending}
         assert ids == set(self.requests), "a request is lost or counted twice between the queues"
         self.pool.check_invariants(owners=run_ids)
+
+
+def finish_note(req: Request) -> str:
+    """One phrase for the step's narration: why ``req`` ended."""
+    reason, why = req.finish_reason, req.stop_reason
+    if reason == "stop" and isinstance(why, int):
+        return f"{'EOS token' if why in req.eos_token_ids else 'stop token'} {why}"
+    if reason == "stop":
+        return f"stop string {why!r}"
+    if reason == "length":
+        return f"{why or f'max_tokens={req.params.max_tokens}'} reached"
+    if reason == "abort":
+        return "aborted"
+    return str(why) if why else str(reason)  # rejected, timeout: the scheduler's why; error: the message

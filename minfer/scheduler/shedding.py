@@ -17,14 +17,11 @@ the policy's admission order, and its own -- divided by the rate at which the qu
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from minfer.config import EngineConfig
 from minfer.request import Request
-
-if TYPE_CHECKING:
-    from minfer.scheduler.scheduler import Scheduler
 
 
 @dataclass(slots=True)
@@ -52,30 +49,32 @@ class DrainRate:
         return self.tokens / self.seconds if self.tokens > 0 else None
 
 
-def expired_requests(sched: Scheduler, now: float) -> Iterator[tuple[Request, str, str]]:
+def expired_requests(cfg: EngineConfig, waiting: Iterable[Request], running: Iterable[Request], drain: DrainRate,
+                     queued_since: Mapping[str, float], now: float) -> Iterator[tuple[Request, str, str]]:
     """``(request, action, reason)`` for each waiting request to time out, promote or shed at ``now``;
-    ``action`` is ``"timeout"``, ``"promote"`` or ``"rejected"``."""
-    cfg = sched.config
-    rate = sched.drain.rate if cfg.ttft_slo is not None else None
+    ``action`` is ``"timeout"``, ``"promote"`` or ``"rejected"``. ``waiting`` is in the order the policy
+    would admit them; ``queued_since`` has when a promoted request's queue-time clock restarted."""
+    slo = cfg.ttft_slo
+    rate = drain.rate if slo is not None else None
     # prompt tokens the engine computes before anything waiting: prompts (or recomputes) still in prefill
-    ahead = sum(r.num_tokens - r.num_computed_tokens for r in sched.running
+    ahead = sum(r.num_tokens - r.num_computed_tokens for r in running
                 if r.num_computed_tokens < r.num_tokens - 1)
-    for req in list(sched.policy):  # in the order the policy would admit them
+    for req in list(waiting):
         if req.metrics.first_scheduled_time is not None:  # preempted: it ran before, it is never dropped
             ahead += req.num_tokens
             continue
-        waited = now - sched.queued_since.get(req.request_id, req.arrival_time)
+        waited = now - queued_since.get(req.request_id, req.arrival_time)
         if cfg.max_queue_time is not None and waited > cfg.max_queue_time:
             why = f"waited {waited:.3f}s > max_queue_time={cfg.max_queue_time}s"
             if cfg.queue_timeout_action == "finish":
                 yield req, "timeout", why
                 continue  # it leaves the queue: it is ahead of nobody
             yield req, "promote", why
-        elif rate is not None:
+        elif rate is not None and slo is not None:
             since_arrival = now - req.arrival_time
             predicted = since_arrival + (ahead + req.num_tokens) / rate  # the prompts before it, then its own
-            if predicted > cfg.ttft_slo:
-                yield req, "rejected", (f"shed: predicted TTFT {predicted:.3f}s > ttft_slo={cfg.ttft_slo}s "
+            if predicted > slo:
+                yield req, "rejected", (f"shed: predicted TTFT {predicted:.3f}s > ttft_slo={slo}s "
                                         f"({since_arrival:.3f}s waited)")
                 continue  # it leaves the queue: it is ahead of nobody
         ahead += req.num_tokens

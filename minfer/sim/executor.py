@@ -11,11 +11,15 @@ Nothing here is random and nothing reads a clock: the same workload gives the sa
 
 from __future__ import annotations
 
-from minfer.config import EngineConfig, parse_bytes
+from typing import Any
+
+from minfer.config import EngineConfig
+from minfer.executor import ExecutorSetup, ModelOutput
 from minfer.scheduler.scheduler import SchedulerOutput
 from minfer.sim.cost import RooflineCost, StepShape
 from minfer.sim.hardware import HardwareSpec, get_hardware
 from minfer.sim.models import ModelSpec, get_model_spec
+from minfer.units import parse_bytes
 
 PLACEHOLDER_TOKEN = 0
 
@@ -24,7 +28,7 @@ class SimExecutor:
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, dtype: str) -> None:
         self.cost = RooflineCost(model, hardware, dtype)
 
-    def execute(self, out: SchedulerOutput) -> tuple[dict[str, int], float]:
+    def execute(self, out: SchedulerOutput) -> ModelOutput:
         """A placeholder token for each request whose chunk reaches its last token; the modelled seconds."""
         shape = StepShape()
         sampled = {}
@@ -35,7 +39,7 @@ class SimExecutor:
             add(c.start, c.num_tokens, c.is_decode, samples)
             if samples:
                 sampled[req.request_id] = PLACEHOLDER_TOKEN
-        return sampled, self.cost.step_time(shape)
+        return ModelOutput(sampled, self.cost.step_time(shape))
 
 
 def kv_pool_blocks(config: EngineConfig, model: ModelSpec, hardware: HardwareSpec, dtype: str) -> int:
@@ -45,6 +49,7 @@ def kv_pool_blocks(config: EngineConfig, model: ModelSpec, hardware: HardwareSpe
     on the CPU spec, ``kv_cache_memory``, the same budget the real CPU engine uses."""
     if config.num_blocks is not None:
         return config.num_blocks
+    budget: float
     if hardware.device == "cpu":
         budget = parse_bytes(config.kv_cache_memory)
     else:
@@ -60,13 +65,17 @@ def kv_pool_blocks(config: EngineConfig, model: ModelSpec, hardware: HardwareSpe
     return blocks
 
 
-def build_sim_executor(config: EngineConfig) -> tuple[SimExecutor, None, None, int, int, tuple[int, ...]]:
-    """What ``LLMEngine`` needs for ``executor="sim"``: the executor, no model, no tokenizer, the number of
-    KV blocks, the maximum sequence length, and no EOS tokens."""
-    model = get_model_spec(config.model)
+def build_sim_executor(config: EngineConfig, model: Any = None, tokenizer: Any = None) -> ExecutorSetup:
+    """What ``LLMEngine`` needs for ``executor="sim"``: the executor, the number of KV blocks and the maximum
+    sequence length -- no weights, no tokenizer (prompts are token ids), no vocabulary, no EOS."""
+    if model is not None or tokenizer is not None:
+        raise ValueError("executor='sim' runs no model: do not pass model= or tokenizer=")
+    if config.hardware is None:
+        raise ValueError("executor='sim' needs hardware=..., e.g. 'H100-SXM' (see minfer.sim.HARDWARE)")
+    spec = get_model_spec(config.model)
     hardware = get_hardware(config.hardware)
     dtype = hardware.dtype if config.dtype == "auto" else config.dtype
-    num_blocks = kv_pool_blocks(config, model, hardware, dtype)
-    limit = model.config.max_position_embeddings
-    max_model_len = min(config.max_model_len or limit, limit)
-    return SimExecutor(model, hardware, dtype), None, None, num_blocks, max_model_len, ()
+    limit = spec.config.max_position_embeddings
+    return ExecutorSetup(executor=SimExecutor(spec, hardware, dtype),
+                         num_blocks=kv_pool_blocks(config, spec, hardware, dtype),
+                         max_model_len=min(config.max_model_len or limit, limit))

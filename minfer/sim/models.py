@@ -41,8 +41,7 @@ class ModelSpec:
 
     def kv_bytes_per_token(self, dtype: str) -> int:
         """K and V of one token in every layer: the unit of KV-cache memory and of decode traffic."""
-        c = self.config
-        return 2 * c.num_layers * c.num_kv_heads * c.head_dim * DTYPE_BYTES[dtype]
+        return self.config.kv_bytes_per_token(DTYPE_BYTES[dtype])
 
     def weight_bytes(self, dtype: str) -> int:
         return self.num_parameters * DTYPE_BYTES[dtype]

@@ -2,16 +2,16 @@
 
 Two views over ``list[StepTrace]``:
 
-* **tokens per step** -- one bar per (step, request), stacked: decode tokens (one per running request)
-  at the bottom, prompt chunks on top, hatched. Continuous batching shows as a step mixing colours;
-  chunked prefill as a prompt spread over several steps, each under the token budget.
-* **timeline** -- a Gantt chart, one row per request: waiting, prefill, decode, stalled (holds blocks
-  but got no budget this step), preempted (lost its blocks, queued to recompute), and a mark where it
-  finished.
+* **tokens per step** -- one bar per (step, request) in the request's hue, stacked: decode tokens (one
+  per running request, solid) at the bottom, prompt chunks on top, hatched. Continuous batching shows as a
+  step mixing hues; chunked prefill as a prompt spread over several steps, each under the token budget.
+* **timeline** -- a Gantt chart, one row per request in its hue, its phase as a pattern: waiting (hollow),
+  stalled (holds blocks but got no budget this step; dotted), prefill (hatched), decode (solid), preempted
+  (lost its blocks, queued to recompute; crossed red), and a mark where it finished.
 
-``batch_data`` and ``timeline_data`` compute the numbers (tests check them); the chart functions only
-draw them. Every chart function returns a ``go.Figure``, or a live ``go.FigureWidget`` with ``widget=True``;
-the ``update_*`` functions redraw an existing figure in one batched message.
+``batch_data`` and ``timeline_data`` compute the numbers (tests check them); ``*_figure`` turns them into
+plain plotly JSON in the course style (what the dashboard sends to the browser), ``*_chart`` into a
+``go.Figure`` for a chapter.
 """
 
 from __future__ import annotations
@@ -23,7 +23,18 @@ import plotly.graph_objects as go
 
 from minfer.request import RequestMetrics
 from minfer.trace import StepTrace
-from minfer.viz.style import FINISH_COLORS, STATE_COLORS, ColorMap, as_widget
+from minfer.viz.narration import FINISH_WORDS, QUEUE_ENDINGS, request_info, row_label
+from minfer.viz.style import (
+    PHASES,
+    ColorMap,
+    as_figure,
+    figure,
+    phase_legend,
+    phase_marker,
+    request_legend,
+    scaled_height,
+    step_axis,
+)
 
 # ---- tokens per step ----------------------------------------------------------------------------
 
@@ -68,48 +79,52 @@ def batch_data(trace: Sequence[StepTrace]) -> BatchData:
     return BatchData(prefill, decode, [t.step for t in trace], [t.num_tokens for t in trace])
 
 
-def _bar_style(bars: Bars, colors: ColorMap, kind: str) -> dict:
-    if kind == "prefill":
+def _bars(bars: Bars, colors: ColorMap, phase: str) -> dict:
+    if phase == "prefill":
         hover = [f"step {s} · {r}: prompt tokens {p}–{p + n - 1} ({n})"
                  for s, r, p, n in zip(bars.step, bars.request, bars.position, bars.tokens)]
     else:
-        hover = [f"step {s} · {r}: decode, token {p}"
-                 for s, r, p in zip(bars.step, bars.request, bars.position)]
-    return dict(x=bars.step, y=bars.tokens, base=bars.base, hovertext=hover,
-                marker=dict(color=[colors(r) for r in bars.request]))
+        hover = [f"step {s} · {r}: decode, token {p}" for s, r, p in zip(bars.step, bars.request, bars.position)]
+    return dict(type="bar", name=phase, x=bars.step, y=bars.tokens, base=bars.base, hovertext=hover,
+                hoverinfo="text", showlegend=False, marker=phase_marker(phase, [colors(r) for r in bars.request]))
 
 
-def batch_chart(trace: Sequence[StepTrace], colors: ColorMap | None = None, widget: bool = False,
-                height: int = 280, width: int | None = None) -> go.Figure:
-    """Tokens per step, one coloured bar per request; prefill hatched, decode solid."""
-    fig = go.Figure()
-    fig.add_bar(name="decode (1 token each)", hoverinfo="text", marker_line_width=0.5)
-    fig.add_bar(name="prefill chunk (hatched)", hoverinfo="text", marker_line_width=0.5,
-                marker_pattern=dict(shape="/", fgcolor="white", fgopacity=0.6))
-    fig.update_layout(barmode="overlay", height=height, width=width, margin=dict(l=50, r=10, t=40, b=35),
-                      bargap=0.15,
-                      title=dict(text="Tokens per step", font_size=14),
-                      legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1),
-                      xaxis_title="step",
-                      yaxis_title="tokens", template="plotly_white")
-    update_batch_chart(fig, trace, colors)
-    return as_widget(fig, widget)
-
-
-def update_batch_chart(fig: go.Figure, trace: Sequence[StepTrace], colors: ColorMap | None = None) -> None:
+def batch_figure(trace: Sequence[StepTrace], colors: ColorMap | None = None, scale: float = 1.0,
+                 legend: bool = True, height: int = 300) -> dict:
+    """Tokens per step as plotly JSON: one bar per (step, request) in the request's hue, decode solid at
+    the bottom, prompt chunks hatched on top. ``legend``: the phase and request swatches (the dashboard
+    draws its own legend once, above all views)."""
     colors = colors or ColorMap()
     d = batch_data(trace)
-    with fig.batch_update():
-        fig.data[0].update(_bar_style(d.decode, colors, "decode"))
-        fig.data[1].update(_bar_style(d.prefill, colors, "prefill"))
-        steps = d.steps or [0]
-        fig.layout.xaxis.range = [steps[0] - 0.5, steps[-1] + 0.5]
-        fig.layout.yaxis.range = [0, max(d.totals, default=1) * 1.05 or 1]
+    data = [_bars(d.decode, colors, "decode"), _bars(d.prefill, colors, "prefill")]
+    if legend:
+        seen = list(dict.fromkeys(d.decode.request + d.prefill.request))
+        data += phase_legend(["decode", "prefill"]) + request_legend(colors, sorted(seen, key=seen.index))
+    first, last = (d.steps[0], d.steps[-1]) if d.steps else (0, 9)
+    layout = dict(barmode="overlay", height=scaled_height(height, scale), showlegend=legend,
+                  title=dict(text="Tokens per step"), margin=dict(l=60, r=20, t=round((45 + 30 * legend) * scale),
+                                                                  b=50),
+                  xaxis=step_axis(first, last), yaxis=dict(title=dict(text="tokens computed"),
+                                                           range=[0, max(d.totals, default=0) * 1.08 or 1]))
+    if not d.steps:
+        layout["annotations"] = [_no_steps()]
+    return figure(data, layout, scale)
+
+
+def batch_chart(trace: Sequence[StepTrace], colors: ColorMap | None = None, height: int = 300,
+                width: int | None = None, scale: float = 1.0, legend: bool = True) -> go.Figure:
+    """Tokens per step, one coloured bar per request; prefill hatched, decode solid."""
+    return as_figure(batch_figure(trace, colors, scale, legend, height), width)
+
+
+def _no_steps() -> dict:
+    return dict(text="no steps yet", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5,
+                font=dict(color="#8a9099"))
 
 
 # ---- timeline (Gantt) ---------------------------------------------------------------------------
 
-STATES = tuple(STATE_COLORS)
+STATES = PHASES  # waiting, stalled, prefill, decode, preempted
 
 
 @dataclass(slots=True)
@@ -209,41 +224,62 @@ def timeline_data(trace: Sequence[StepTrace], metrics: Mapping[str, RequestMetri
     return TimelineData(sorted(first_seen, key=first_seen.__getitem__), segments, finishes)
 
 
+def timeline_figure(trace: Sequence[StepTrace], metrics: Mapping[str, RequestMetrics] | None = None,
+                    colors: ColorMap | None = None, since: int | None = None, scale: float = 1.0,
+                    legend: bool = True, height: int | None = None, data: TimelineData | None = None) -> dict:
+    """The Gantt chart as plotly JSON: one row per request in its hue, the phase as a pattern (waiting
+    hollow, prefill hatched, decode solid, preempted crossed red), a tick where it finished (an ✕ where it
+    was refused). Rows name the tenant and priority when the request had them. ``data``: the
+    ``timeline_data(trace, metrics, since)`` already computed, if the caller has it."""
+    colors = colors or ColorMap()
+    d = data or timeline_data(trace, metrics, since)
+    info = request_info(trace)
+    label = {r: row_label(r, info) for r in d.requests}
+    bars = []
+    for phase in STATES:
+        segs = [s for s in d.segments if s.state == phase]
+        bars.append(dict(
+            type="bar", orientation="h", name=phase, showlegend=False, hoverinfo="text", width=0.72,
+            y=[label[s.request] for s in segs], base=[s.start - 0.5 for s in segs], x=[s.end - s.start for s in segs],
+            hovertext=[f"{s.request}: {phase}, steps {s.start}–{s.end - 1}" for s in segs],
+            marker=phase_marker(phase, [colors(s.request) for s in segs])))
+    refused = [f.reason in QUEUE_ENDINGS for f in d.finishes]
+    bars.append(dict(
+        type="scatter", mode="markers", name="finished", showlegend=False, hoverinfo="text",
+        x=[f.step + 0.5 for f in d.finishes], y=[label[f.request] for f in d.finishes],
+        hovertext=[f"{f.request} {'refused' if r else 'finished'} at step {f.step}: "
+                   f"{FINISH_WORDS.get(f.reason, f.reason)}" for f, r in zip(d.finishes, refused)],
+        marker=dict(symbol=["x-thin-open" if r else "line-ns-open" for r in refused], color="#111111",
+                    size=round(14 * scale), line=dict(width=3, color="#111111"))))
+    if legend:
+        shown = [p for p in STATES if any(s.state == p for s in d.segments)]
+        bars += phase_legend(shown) + request_legend(colors, d.requests, label)
+    first = since if since is not None else trace[0].step if trace else 0
+    last = trace[-1].step if trace else 9
+    rows = max(len(d.requests), 3)
+    layout = dict(
+        barmode="overlay", showlegend=legend, title=dict(text="Requests over steps"),
+        height=height or min(1100, round(scale * (26 * rows + 40)) + 110),
+        margin=dict(l=60, r=20, t=round((45 + 30 * legend) * scale), b=50),
+        xaxis=step_axis(first, last), yaxis=dict(title=dict(text="request"), type="category", autorange="reversed",
+                                                 categoryorder="array", categoryarray=[label[r] for r in d.requests]))
+    if not trace:
+        layout["annotations"] = [_no_steps()]
+    return figure(bars, layout, scale)
+
+
+def request_order(trace: Sequence[StepTrace]) -> list[str]:
+    """Request ids in the order they first did anything (admitted, computed, ended): a cheap, stable order
+    to hand out colours in, whichever step of a recording is drawn first."""
+    seen: dict[str, None] = {}
+    for t in trace:
+        for rid in (*t.admitted, *t.prefill_tokens, *t.decode_tokens, *t.finished):
+            seen.setdefault(rid)
+    return list(seen)
+
+
 def timeline_chart(trace: Sequence[StepTrace], metrics: Mapping[str, RequestMetrics] | None = None,
-                   widget: bool = False, height: int | None = None, width: int | None = None) -> go.Figure:
-    """A Gantt chart: one row per request, coloured by state, with a mark where each request finished."""
-    fig = go.Figure()
-    for state in STATES:
-        fig.add_bar(name=state, orientation="h", marker_color=STATE_COLORS[state], hoverinfo="text",
-                    marker_line_width=0, width=0.8)
-    fig.add_scatter(name="finished", mode="markers", hoverinfo="text",
-                    marker=dict(symbol="line-ns-open", size=12, line_width=3))
-    fig.update_layout(barmode="overlay", width=width, margin=dict(l=60, r=10, t=50, b=35),
-                      template="plotly_white",
-                      title=dict(text="Requests over steps", font_size=14),
-                      legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1),
-                      xaxis_title="step",
-                      yaxis=dict(autorange="reversed", type="category"))
-    update_timeline_chart(fig, trace, metrics, height)
-    return as_widget(fig, widget)
-
-
-def update_timeline_chart(fig: go.Figure, trace: Sequence[StepTrace], metrics: Mapping[str, RequestMetrics]
-                          | None = None, height: int | None = None, since: int | None = None) -> None:
-    d = timeline_data(trace, metrics, since)
-    with fig.batch_update():
-        for i, state in enumerate(STATES):
-            segs = [s for s in d.segments if s.state == state]
-            fig.data[i].update(
-                y=[s.request for s in segs], base=[s.start - 0.5 for s in segs],
-                x=[s.end - s.start for s in segs],
-                hovertext=[f"{s.request}: {state}, steps {s.start}–{s.end - 1}" for s in segs])
-        fig.data[len(STATES)].update(
-            x=[f.step + 0.5 for f in d.finishes], y=[f.request for f in d.finishes],
-            hovertext=[f"{f.request} finished at step {f.step}: {f.reason}" for f in d.finishes],
-            marker_color=[FINISH_COLORS.get(f.reason, "black") for f in d.finishes])
-        first = since if since is not None else trace[0].step if trace else 0
-        fig.layout.xaxis.range = [first - 0.5, (trace[-1].step if trace else 0) + 1]
-        fig.layout.yaxis.categoryarray = d.requests
-        fig.layout.yaxis.categoryorder = "array"
-        fig.layout.height = height or min(900, 110 + 18 * max(len(d.requests), 4))
+                   colors: ColorMap | None = None, height: int | None = None, width: int | None = None,
+                   scale: float = 1.0, legend: bool = True, since: int | None = None) -> go.Figure:
+    """A Gantt chart: one row per request, its phases step by step, and where it finished."""
+    return as_figure(timeline_figure(trace, metrics, colors, since, scale, legend, height), width)

@@ -3,11 +3,13 @@
 Each block is a cell. Its colour is its owner; its *fill level* is how many of its ``block_size`` slots
 hold tokens (a request's last block is usually partly empty: that is the internal waste, at most one
 block per request). A hatched cell is *shared* -- several block tables hold it (a prefix-cache hit).
-A green outline marks a block whose prefix hash is indexed, so a later request with the same prefix can
-take it back -- also after it was freed ("free but cached": an empty cell with a green outline).
+A thick dark rim marks a block whose prefix hash is indexed, so a later request with the same prefix can
+take it back -- also after it was freed ("free but cached": an empty cell with a thick rim). Free blocks are
+light grey cells with a thin rim.
 
-``grid_data`` computes the cells (tests check them); ``block_grid`` draws them as two bar traces: the
-cell outlines (one bar per block shown) and the fill levels (one bar per block in use).
+``grid_data`` computes the cells (tests check them); ``grid_figure`` draws them as plotly JSON with two bar
+traces -- the cell outlines (one bar per block shown) and the fill levels (one bar per block in use) -- and
+the owners' names inside the cells when they fit; ``block_grid`` makes that a ``go.Figure``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,17 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from minfer.kv.block_pool import PoolSnapshot
-from minfer.viz.style import CACHED_OUTLINE, EMPTY_SLOT, FREE_BLOCK, PLAIN_OUTLINE, ColorMap, as_widget
+from minfer.units import ceil_div
+from minfer.viz.style import (
+    BLOCK_RIM,
+    CACHED_RIM,
+    EMPTY_SLOT,
+    FREE_BLOCK,
+    ColorMap,
+    as_figure,
+    figure,
+    lab,
+)
 
 CELL = 0.9  # a cell's side; the gap between cells is 1 - CELL
 
@@ -48,7 +60,8 @@ class GridData:
 
 
 def default_columns(num_blocks: int) -> int:
-    return 8 if num_blocks <= 32 else 16 if num_blocks <= 256 else 32
+    """16 cells to a row (big enough to read from the back of a lecture hall), 32 for large pools."""
+    return 16 if num_blocks <= 256 else 32
 
 
 def grid_data(snapshot: PoolSnapshot, columns: int | None = None, max_blocks: int = 1024) -> GridData:
@@ -67,11 +80,13 @@ def grid_data(snapshot: PoolSnapshot, columns: int | None = None, max_blocks: in
     )
 
 
-def grid_title(d: GridData) -> str:
+def grid_title(d: GridData) -> tuple[str, str]:
+    """The grid's title and subtitle: how full the pool is, and what else the cells show."""
     shown = "" if len(d.blocks) == d.num_blocks else f" (showing blocks 0–{len(d.blocks) - 1})"
     used = round(d.utilization * d.num_blocks)
-    return (f"KV blocks: {used}/{d.num_blocks} in use ({d.utilization:.0%}) · internal waste "
-            f"{d.internal_waste} slots<br>{d.num_shared} shared · {d.num_free_cached} free but cached{shown}")
+    return (f"KV blocks: {used}/{d.num_blocks} in use ({d.utilization:.0%}){shown}",
+            f"internal waste {d.internal_waste} slots · {d.num_shared} shared (hatched) · "
+            f"{d.num_free_cached} free but cached (thick rim)")
 
 
 def _hover(d: GridData, i: int) -> str:
@@ -83,54 +98,70 @@ def _hover(d: GridData, i: int) -> str:
     return f"block {b}: {who} · {d.filled[i]}/{d.block_size} slots · ref count {d.ref_counts[i]}{cached}"
 
 
-def block_grid(snapshot: PoolSnapshot | None, colors: ColorMap | None = None, columns: int | None = None,
-               max_blocks: int = 1024, widget: bool = False, width: int = 480) -> go.Figure:
-    """The pool as a grid: colour = owner, fill level = filled slots, hatched = shared, green = cached."""
-    fig = go.Figure()
-    fig.add_bar(name="blocks", hoverinfo="text", width=CELL, marker_line_width=2, showlegend=False)
-    fig.add_bar(name="tokens", hoverinfo="text", width=CELL * 0.8, marker_line_width=0, showlegend=False,
-                marker_pattern=dict(fgcolor="white", fgopacity=0.7))
-    fig.add_scatter(name="owners", mode="text", hoverinfo="skip", textfont=dict(size=9, color="#222"),
-                    showlegend=False)
-    fig.update_layout(barmode="overlay", template="plotly_white", width=width, title=dict(font_size=12),
-                      margin=dict(l=10, r=10, t=50, b=10), xaxis=dict(visible=False),
-                      yaxis=dict(visible=False, scaleanchor="x"))
-    update_block_grid(fig, snapshot, colors, columns, max_blocks)
-    return as_widget(fig, widget)
+MARGIN = dict(l=10, r=10, t=75, b=10)
 
 
-def update_block_grid(fig: go.Figure, snapshot: PoolSnapshot | None, colors: ColorMap | None = None,
-                      columns: int | None = None, max_blocks: int = 1024, title: str | None = None) -> None:
-    """Redraw the grid for ``snapshot`` (None: an empty grid, e.g. a replay without snapshots)."""
+def grid_figure(snapshot: PoolSnapshot | None, colors: ColorMap | None = None, columns: int | None = None,
+                max_blocks: int = 1024, scale: float = 1.0, title: str | None = None) -> dict:
+    """The pool as plotly JSON: colour = owner, fill level = filled slots, hatched = shared, a thick dark
+    rim = cached. Square cells: ``layout.meta.aspect`` (rows / columns) lets the browser size the height to
+    whatever width the figure gets; the height here is for a 900-pixel-wide figure."""
     colors = colors or ColorMap()
+    margin = dict(MARGIN, t=round(MARGIN["t"] * scale))
     if snapshot is None:
-        with fig.batch_update():
-            fig.data[0].update(x=[], y=[], base=[])
-            fig.data[1].update(x=[], y=[], base=[])
-            fig.data[2].update(x=[], y=[], text=[])
-            fig.layout.title.text = title or "KV blocks: no pool snapshot recorded"
-        return
+        return figure(_grid_traces(None, colors, scale), dict(
+            title=dict(text=title or "KV blocks: no pool snapshot"), height=160, margin=margin,
+            xaxis=dict(visible=False), yaxis=dict(visible=False)), scale)
     d = grid_data(snapshot, columns, max_blocks)
-    rows = -(-len(d.blocks) // d.columns)
-    label = len(d.blocks) <= 128  # owner names fit inside the cells
+    heading, subtitle = grid_title(d)
+    rows = ceil_div(len(d.blocks), d.columns)
+    aspect = rows / d.columns
+    layout = dict(
+        barmode="overlay", showlegend=False, margin=margin,
+        title=dict(text=title or heading, subtitle=dict(text=subtitle, font=dict(size=round(13 * scale)))),
+        height=round((900 - 20) * aspect) + margin["t"] + margin["b"], meta=dict(aspect=aspect),
+        xaxis=dict(visible=False, range=[-0.5, d.columns - 0.5], fixedrange=True),
+        yaxis=dict(visible=False, range=[-rows + 0.5, 0.5], scaleanchor="x", fixedrange=True))
+    return figure(_grid_traces(d, colors, scale), layout, scale)
+
+
+def _grid_traces(d: GridData | None, colors: ColorMap, scale: float) -> list[dict]:
+    cells = dict(type="bar", name="blocks", hoverinfo="text", width=CELL, showlegend=False, x=[], y=[], base=[])
+    tokens = dict(type="bar", name="tokens", hoverinfo="text", width=CELL * 0.8, showlegend=False,
+                  x=[], y=[], base=[])
+    labels = dict(type="scatter", mode="text", name="owners", hoverinfo="skip", showlegend=False, x=[], y=[],
+                  text=[])
+    if d is None:
+        return [cells, tokens, labels]
     used = d.used
-    with fig.batch_update():
-        fig.data[0].update(
-            x=d.col, y=[CELL] * len(d.blocks), base=[-r - CELL / 2 for r in d.row],
-            marker_color=[EMPTY_SLOT if o else FREE_BLOCK for o in d.owners],
-            marker_line_color=[CACHED_OUTLINE if c else PLAIN_OUTLINE for c in d.cached],
-            hovertext=[_hover(d, i) for i in range(len(d.blocks))])
-        fig.data[1].update(
-            x=[d.col[i] for i in used], y=[CELL * d.filled[i] / d.block_size for i in used],
-            base=[-d.row[i] - CELL / 2 for i in used],
-            marker_color=[colors(d.owners[i][0]) for i in used],
-            marker_pattern_shape=["/" if d.ref_counts[i] > 1 else "" for i in used],
-            hovertext=[_hover(d, i) for i in used])
-        named = used if label else []  # owner names, where they fit inside the cells
-        fig.data[2].update(
-            x=[d.col[i] for i in named], y=[-d.row[i] for i in named],
-            text=[d.owners[i][0] if d.ref_counts[i] == 1 else f"×{d.ref_counts[i]}" for i in named])
-        fig.layout.title.text = title or grid_title(d)
-        fig.layout.xaxis.range = [-0.5, d.columns - 0.5]
-        fig.layout.yaxis.range = [-rows + 0.5, 0.5]
-        fig.layout.height = max(160, (int(fig.layout.width or 480) - 20) * rows // d.columns + 60)
+    hues = [colors(d.owners[i][0]) for i in used]
+    cells.update(
+        x=d.col, y=[CELL] * len(d.blocks), base=[-r - CELL / 2 for r in d.row],
+        hovertext=[_hover(d, i) for i in range(len(d.blocks))],
+        marker=dict(color=[EMPTY_SLOT if o else FREE_BLOCK for o in d.owners],
+                    line=dict(color=[CACHED_RIM if c else BLOCK_RIM for c in d.cached],
+                              width=[3 if c else 1 for c in d.cached])))
+    tokens.update(
+        x=[d.col[i] for i in used], y=[CELL * d.filled[i] / d.block_size for i in used],
+        base=[-d.row[i] - CELL / 2 for i in used], hovertext=[_hover(d, i) for i in used],
+        marker=dict(color=hues, line=dict(width=0),
+                    pattern=dict(shape=["/" if d.ref_counts[i] > 1 else "" for i in used], fgcolor="white",
+                                 fgopacity=0.8, solidity=0.3)))
+    if d.columns <= 16:  # owner names fit inside the cells
+        labels.update(
+            x=[d.col[i] for i in used], y=[-d.row[i] for i in used],
+            text=[d.owners[i][0] if d.ref_counts[i] == 1 else f"×{d.ref_counts[i]}" for i in used],
+            textfont=dict(size=round(12 * scale), color=[_label_color(h, d.filled[i] / d.block_size)
+                                                         for h, i in zip(hues, used)]))
+    return [cells, tokens, labels]
+
+
+def _label_color(hue: str, fill: float) -> str:
+    """White on a dark hue that reaches the label (the cell's middle); dark text otherwise."""
+    return "white" if fill >= 0.6 and lab(hue)[0] < 60 else "#111111"
+
+
+def block_grid(snapshot: PoolSnapshot | None, colors: ColorMap | None = None, columns: int | None = None,
+               max_blocks: int = 1024, width: int | None = None, scale: float = 1.0) -> go.Figure:
+    """The pool as a grid: colour = owner, fill level = filled slots, hatched = shared, dark rim = cached."""
+    return as_figure(grid_figure(snapshot, colors, columns, max_blocks, scale), width)

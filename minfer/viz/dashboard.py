@@ -1,22 +1,29 @@
 """The scheduler dashboard: every view over one recording, live while the engine runs, or replayed.
 
     dash = Dashboard()             # knobs and a scenario picker; it builds (and rebuilds) its own engine
-    dash = live(engine)            # watch an engine you built; dash.run() steps it to the end
-    dash = replay("run.jsonl")     # scrub a run recorded earlier (on a GPU, say) step by step
+    dash = live(engine)            # watch an engine you built: Run, or `await dash.play()` in a cell
+    dash = replay("run.jsonl")     # scrub or Play a run recorded earlier (on a GPU, say) step by step
 
-**Live updates.** Redrawing five figures costs about as much as a step of the small model, and a
-browser flooded with updates falls behind. So while running, the views are redrawn at most every
-``refresh_interval`` seconds (each view in one batched plotly message), and once more when the run
-stops -- the last frame is always exact.
+**What the browser gets.** Each redraw sends one *frame* (``minfer.viz.frame``): the five figures as plotly
+JSON, the status line, the narration line, the legend. The widget (``minfer.viz.widget``) keeps only that
+frame, so a second view, or every view after a page reload, draws exactly what the first one shows.
 
-**Run, Pause, Step.** ``dash.run()`` steps in the calling cell (what a notebook runs top to bottom).
-The Run button instead steps inside an asyncio task that yields to the kernel after every step, so the
-kernel still hears the Pause button and the step slider while the engine runs.
+**Live updates.** While running flat out, the views are redrawn at most every ``refresh_interval``
+seconds, and once more when the run stops -- the last frame is always exact. At a chosen pace (the
+*steps/s* control) every step is drawn.
+
+**Run, Play, Pause, Step.** The Run button (Play, for a replay) steps inside an asyncio task that hands
+the kernel back after every step (``MIN_YIELD`` at least), so the kernel hears Pause, the slider and the
+arrow keys between two steps: Pause stops the run before its next step. ``await dash.play()`` does the
+same from a notebook cell (the cell waits, the buttons still work). ``dash.run()`` steps in the calling
+code -- what a script or a test wants; in a notebook the kernel cannot hear any button until that cell
+ends, so the buttons are greyed out meanwhile rather than looking as if they worked.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import html
 import time
 from dataclasses import asdict, dataclass, replace
@@ -24,20 +31,22 @@ from pathlib import Path
 from typing import Any
 
 import ipywidgets as W
-import plotly.graph_objects as go
 
 from minfer.config import POLICIES, EngineConfig
 from minfer.engine import LLMEngine
 from minfer.request import RequestMetrics
-from minfer.viz.batch import batch_chart, timeline_chart, update_batch_chart, update_timeline_chart
-from minfer.viz.blocks import block_grid, update_block_grid
-from minfer.viz.latency import latency_chart, update_latency_chart
-from minfer.viz.queues import queue_chart, update_queue_chart
+from minfer.viz.batch import request_order
+from minfer.viz.export import export_html
+from minfer.viz.frame import FrameOptions, dashboard_frame
 from minfer.viz.recorder import Recorder, Recording
 from minfer.viz.scenarios import SCENARIOS, scenario
 from minfer.viz.style import ColorMap
+from minfer.viz.widget import DashboardView
 
 SIM_TIME_SCALE = 0.05  # a simulated GPU step is ~20x shorter than a CPU step of the small real model
+MIN_YIELD = 0.01  # seconds a background run leaves the kernel after each step, to hear Pause at once
+SPEEDS = (("max", 0.0), ("0.5 steps/s", 0.5), ("1 step/s", 1.0), ("2 steps/s", 2.0), ("4 steps/s", 4.0),
+          ("10 steps/s", 10.0))
 
 
 @dataclass(slots=True)
@@ -66,10 +75,15 @@ class Knobs:
         return EngineConfig(model=model, device=self.device, **common)
 
 
+KNOB_LABELS = {"backend": "backend", "scenario": "scenario", "num_blocks": "KV blocks",
+               "chunked_prefill_size": "chunk", "max_num_seqs": "max seqs", "policy": "policy",
+               "enable_prefix_caching": "prefix caching"}
+
+
 def request_metrics(engine: LLMEngine) -> dict[str, RequestMetrics]:
     """Every request's metrics: finished ones and those still queued or running."""
     out = {r.request_id: r.metrics for r in engine.finished}
-    out.update({rid: r.metrics for rid, r in engine.scheduler.requests.items()})
+    out.update({r.request_id: r.metrics for r in engine.unfinished_requests()})
     return out
 
 
@@ -95,21 +109,33 @@ class Dashboard:
     Build it with an ``engine`` to watch (``live``), a ``recording`` to replay, or neither: then it builds
     its own engine from ``knobs`` (real ``model``, or ``sim_model`` on ``hardware`` in the simulator) and
     shows the knobs as controls; "Apply & reset" rebuilds the engine with the scenario's requests.
+    ``steps_per_second`` paces Run and Play (0: as fast as the engine goes); ``font_scale`` (1-2) sizes
+    every text for a lecture hall; exports are written to ``export_dir``.
     """
 
     def __init__(self, engine: LLMEngine | None = None, recording: Recording | None = None, *,
                  knobs: Knobs | None = None, model: str = "smollm2-135m", sim_model: str = "llama-3-8b",
                  hardware: str = "H100-SXM", weights: tuple[Any, Any] | None = None,
                  ttft_slo: float | None = None, itl_slo: float | None = None, window: int | None = 200,
-                 refresh_interval: float = 0.2) -> None:
+                 refresh_interval: float = 0.2, steps_per_second: float = 0.0, font_scale: float = 1.0,
+                 export_dir: str | Path = ".") -> None:
         if engine is not None and recording is not None:
             raise ValueError("pass an engine to watch or a recording to replay, not both")
+        if not 1.0 <= font_scale <= 2.0:
+            raise ValueError(f"font_scale must be between 1 and 2, got {font_scale}")
+        if steps_per_second < 0:
+            raise ValueError(f"steps_per_second must be >= 0 (0: as fast as possible), got {steps_per_second}")
         self.knobs = knobs or Knobs()
         self.model_name, self.sim_model, self.hardware = model, sim_model, hardware
         self._weights = weights  # (model, tokenizer), loaded once and reused by every reset
-        self.ttft_slo, self.itl_slo = ttft_slo, itl_slo
-        self.window, self.refresh_interval = window, refresh_interval
+        self.options = FrameOptions(window=window, ttft_slo=ttft_slo, itl_slo=itl_slo, scale=font_scale)
+        self.refresh_interval = refresh_interval
+        self.export_dir = Path(export_dir)
         self.colors = ColorMap()
+        self.index = -1  # the step on screen (an index into the recording; -1: before the first step)
+        self.state = ""  # what the status line says the dashboard is doing ("running, 2 steps/s")
+        self.last_png: Path | None = None
+        self._png_target: Path | None = None
         self._last_draw = 0.0
         self._following = False  # the code, not the user, is moving the slider
         self._task: asyncio.Future | None = None
@@ -117,10 +143,12 @@ class Dashboard:
         self.owns_engine = engine is None and recording is None
         if recording is not None:
             self.recorder, self.recording = None, recording
+            for rid in request_order(recording.trace):  # hues in the run's order, wherever you scrub first
+                self.colors(rid)
         else:
             self.recorder = Recorder(engine or self._build_engine(self.knobs))
             self.recording = self.recorder.recording
-        self._build_widgets()
+        self._build_widgets(steps_per_second)
         self.draw()
 
     # ---- the engine --------------------------------------------------------------------------------
@@ -162,18 +190,38 @@ class Dashboard:
         self._sync_controls()
         self.draw()
 
-    # ---- stepping ------------------------------------------------------------------------------------
+    # ---- stepping and playback ----------------------------------------------------------------------
+    @property
+    def steps_per_second(self) -> float:
+        return self.speed.value
+
+    @steps_per_second.setter
+    def steps_per_second(self, value: float) -> None:
+        self.speed.value = value
+
     def step(self) -> None:
-        """One engine step, drawn exactly."""
-        if self.recorder and not self.recorder.done():
+        """One step forward, drawn exactly: the engine's next step (live), the next recorded one (replay)."""
+        self.pause()
+        if self.recorder is None or self.index < len(self.recording) - 1:
+            self.draw(self.index + 1)
+        elif not self.recorder.done():
             self.recorder.step()
-        self.draw()
+            self.draw()
+
+    def back(self) -> None:
+        """One step back in the recording (the engine never runs backwards: this scrubs)."""
+        self.pause()
+        if self.index > 0:
+            self.draw(self.index - 1)
 
     def run(self, max_steps: int | None = None) -> Recording:
-        """Step to the end (or ``max_steps`` steps) in this cell, redrawing at most every
-        ``refresh_interval`` seconds, and exactly once more at the end."""
+        """Step to the end (or ``max_steps`` steps) in the calling code, redrawing at most every
+        ``refresh_interval`` seconds, and exactly once more at the end. In a notebook, ``await
+        dash.play()`` keeps the buttons working while it runs."""
         if self.recorder is None:
-            raise ValueError("a replayed recording cannot run; move the step slider instead")
+            raise ValueError("a replayed recording cannot run; move the step slider or press Play")
+        self.pause()
+        self._blocking(True)
         n = 0
         try:
             while not self.recorder.done() and (max_steps is None or n < max_steps):
@@ -181,59 +229,116 @@ class Dashboard:
                 n += 1
                 self._maybe_draw()
         finally:
+            self._blocking(False)
             self.draw()
         return self.recording
 
-    async def _run_async(self, run_id: int) -> None:
-        try:
-            while self._run_id == run_id and not self.recorder.done():
-                self.recorder.step()
-                self._maybe_draw()
-                await asyncio.sleep(0)  # let the kernel handle widget messages (Pause, the slider)
-        finally:
-            self.draw()
+    async def play(self, max_steps: int | None = None) -> Recording:
+        """Run (live) or play (replay) from a notebook cell -- ``await dash.play()`` -- at the chosen
+        steps/s, until the end, ``max_steps`` steps, or Pause; returns the recording."""
+        self.start(max_steps)
+        await self._task
+        return self.recording
 
-    def start(self) -> None:
-        """Run in the background (the Run button): the notebook stays responsive."""
-        if self.recorder is None:
-            return
+    def start(self, max_steps: int | None = None) -> None:
+        """The Run / Play button: step in the background; the notebook stays responsive."""
         self._run_id += 1  # a run still in flight stops at its next step
-        self._task = asyncio.ensure_future(self._run_async(self._run_id))
+        self._task = asyncio.ensure_future(self._playback(self._run_id, max_steps))
 
     def pause(self) -> None:
+        """Stop a background run before its next step."""
         self._run_id += 1
 
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def _advance(self) -> bool:
+        """One step of playback; False at the end."""
+        if self.recorder is None:
+            if self.index >= len(self.recording) - 1:
+                return False
+            self.index += 1
+            return True
+        if self.recorder.done():
+            return False
+        self.recorder.step()
+        self.index = len(self.recording) - 1
+        return True
+
+    async def _playback(self, run_id: int, max_steps: int | None) -> None:
+        if self.recorder is None and self.index >= len(self.recording) - 1:
+            self.index = -1  # Play at the end of a replay starts it over
+        n = 0
+        try:
+            while self._run_id == run_id and (max_steps is None or n < max_steps):
+                began = time.monotonic()
+                pace = self.steps_per_second
+                self.state = f"{'running' if self.recorder else 'playing'} at " + (
+                    f"{pace:g} steps/s" if pace else "full speed")
+                if not self._advance():
+                    break
+                n += 1
+                if pace and 1 / pace >= self.refresh_interval:  # paced: every step drawn, and seen
+                    await self._until_on_screen(self._send(self.index), run_id)
+                else:  # flat out: the engine never waits; a frame goes when the last one is on screen
+                    self._maybe_draw(self.index, wait_for_browser=True)
+                left = (1 / pace if pace else 0.0) - (time.monotonic() - began)
+                await asyncio.sleep(max(left, MIN_YIELD))  # the kernel hears Pause, keys, the slider here
+        finally:  # paused, finished or superseded: the last frame is exact, and says it stopped
+            self.state = ""
+            self.draw(self.index)
+
+    async def _until_on_screen(self, serial: int, run_id: int) -> None:
+        """Wait until a browser view has drawn frame ``serial`` (no view watching: no wait)."""
+        while self.view.watched and not self.view.on_screen(serial) and self._run_id == run_id:
+            await asyncio.sleep(MIN_YIELD)
+
+    def _blocking(self, on: bool) -> None:
+        """While ``run()`` holds the kernel, grey out what it cannot hear (and say why)."""
+        for b in self._play_buttons:
+            b.disabled = on
+        self.message.value = ("<i>stepping in this cell: the buttons answer when it ends (<code>await "
+                              "dash.play()</code> keeps them live)</i>") if on else ""
+
     # ---- drawing -------------------------------------------------------------------------------------
-    def _maybe_draw(self) -> None:
-        if time.monotonic() - self._last_draw >= self.refresh_interval:
-            self.draw()
+    def _maybe_draw(self, index: int | None = None, wait_for_browser: bool = False) -> None:
+        """Draw step ``index`` (default: the latest) if ``refresh_interval`` has passed -- and, with
+        ``wait_for_browser``, if a watching browser has drawn the last frame (a frame it cannot draw yet
+        would only queue up)."""
+        if time.monotonic() - self._last_draw < self.refresh_interval:
+            return
+        if wait_for_browser and self.view.watched and not self.view.on_screen(self.view.serial):
+            return
+        self.draw(index)
+
+    def frame(self, index: int | None = None) -> dict:
+        """The picture after step ``index`` (default: the latest), as sent to the browser."""
+        rec = self.recording
+        index = len(rec) - 1 if index is None else index
+        if self.recorder:
+            self.recorder.sync_metrics()
+        snapshot = self.engine.block_pool.snapshot() if index < 0 and self.engine else None
+        extra = self._gpu_text(index)
+        return dashboard_frame(rec, index, self.colors, self.options, snapshot, self.state, extra)
 
     def draw(self, index: int | None = None) -> None:
         """Show the state after step ``index`` of the recording (default: the latest)."""
-        rec = self.recording
-        last = len(rec) - 1
-        index = last if index is None else max(0, min(index, last))
-        if self.recorder:
-            self.recorder.sync_metrics()
-        trace = rec.trace[: index + 1]
-        shown = trace[-self.window:] if self.window else trace
-        update_batch_chart(self.batch_fig, shown, self.colors)
-        update_timeline_chart(self.timeline_fig, trace, rec.metrics, since=shown[0].step if shown else None)
-        update_queue_chart(self.queue_fig, trace)
-        update_latency_chart(self.latency_fig, rec.metrics, self.ttft_slo, self.itl_slo,
-                             until=trace[-1].end_time if trace else None)
-        kept = rec.snapshot_at(index)
-        title = None
-        if kept is not None and kept[0] != index:
-            title = f"KV blocks after step {rec.trace[kept[0]].step} (no snapshot kept for this step)"
-        update_block_grid(self.grid_fig, kept[1] if kept else None, self.colors, title=title)
+        self._send(index)
+
+    def _send(self, index: int | None = None) -> int:
+        """Draw, and return the frame's serial number (the browser reports it back once on screen)."""
+        last = len(self.recording) - 1
+        index = last if index is None else max(min(index, last), 0 if last >= 0 else -1)
+        self.index = index
+        serial = self.view.show(self.frame(index))
         self._following = True
         self.slider.max = max(last, 0)
         self.slider.value = max(index, 0)
+        self.slider.disabled = last < 1
         self._following = False
-        self.status.value = self._status_text(index)
-        self.gpu.value = self._gpu_text(index)
         self._last_draw = time.monotonic()
+        return serial
 
     def _gpu_text(self, index: int) -> str:
         """Live on CUDA: the device's memory now. Replaying a CUDA run: what was allocated after the step."""
@@ -242,55 +347,95 @@ class Dashboard:
         mem = self.recording.gpu_memory[index] if 0 <= index < len(self.recording.gpu_memory) else None
         return "" if mem is None else f"<b>GPU memory</b> allocated after this step: {mem / 2**30:.2f} GiB"
 
-    def _status_text(self, index: int) -> str:
-        rec = self.recording
-        if not rec.trace:
-            return "no steps yet: press <b>Step</b> or <b>Run</b>"
-        t = rec.trace[index]
-        preempted = sum(len(s.preempted) for s in rec.trace[: index + 1])
-        finished = sum(len(s.finished) for s in rec.trace[: index + 1])
-        used = t.num_blocks - t.num_free_blocks
-        return (f"step <b>{t.step}</b> of {rec.trace[-1].step} · engine clock {t.end_time:.3f} s · "
-                f"batch {t.batch_size} ({t.num_prefill_tokens} prefill + {t.num_decode_tokens} decode tokens)"
-                f" · running {t.num_running} · waiting {t.num_waiting} · finished {finished} · "
-                f"preemptions {preempted} · blocks {used}/{t.num_blocks}")
+    # ---- exports -------------------------------------------------------------------------------------
+    def export_html(self, path: str | Path | None = None, steps: range | None = None) -> Path:
+        """The recording as a standalone HTML file that replays offline (slider, Play, arrow keys)."""
+        if not len(self.recording):
+            raise ValueError("nothing to export yet: run some steps first")
+        path = Path(path) if path else self.export_dir / "minfer-dashboard.html"
+        start = self.index if steps is None or self.index in steps else None
+        out = export_html(self.recording, path, colors=self.colors, options=self.options, steps=steps, start=start)
+        self._say(f"saved <code>{html.escape(str(out))}</code> ({out.stat().st_size / 2**20:.1f} MB): "
+                  "open it in any browser, no kernel or network needed")
+        return out
+
+    def export_png(self, path: str | Path | None = None) -> None:
+        """A PNG of the dashboard on screen, rendered by the browser showing it: downloaded there, and
+        saved to ``path`` (default ``export_dir/minfer-step-N.png``) once the image reaches the kernel --
+        at once from the button; after the cell ends when called in a cell."""
+        step = self.recording.trace[self.index].step if self.index >= 0 else "start"
+        target = Path(path) if path else self.export_dir / f"minfer-step-{step}.png"
+        self._png_target = target
+        self.view.request_png(target.name)
+        self._say(f"asked the browser for a PNG of step {step} …")
+
+    def _on_png(self, content: dict) -> None:
+        if content.get("error"):
+            self._say(f"<span style='color:#c1121f'>no PNG: {html.escape(content['error'])}</span>")
+            return
+        target = self._png_target or self.export_dir / content.get("filename", "minfer-step.png")
+        target.write_bytes(base64.b64decode(content["data"]))
+        self.last_png = target
+        self._say(f"saved <code>{html.escape(str(target))}</code> (and downloaded it in the browser)")
+
+    def _say(self, text: str) -> None:
+        self.message.value = text
 
     # ---- widgets -------------------------------------------------------------------------------------
-    def _build_widgets(self) -> None:
-        empty: list = []
+    def _build_widgets(self, steps_per_second: float) -> None:
         self.controls: dict[str, W.ValueWidget] = {}  # the knobs, when this dashboard builds its engine
-        wide = 920  # fits a notebook in a 1400-pixel window beside JupyterLab's file browser
-        self.batch_fig = batch_chart(empty, self.colors, widget=True, width=wide)
-        self.timeline_fig = timeline_chart(empty, widget=True, width=wide)
-        self.grid_fig = block_grid(None, self.colors, widget=True, width=440)
-        self.queue_fig = queue_chart(empty, widget=True, width=480)
-        self.latency_fig = latency_chart(empty, self.ttft_slo, self.itl_slo, widget=True, width=wide)
-
+        self.view = DashboardView(on_key=self._on_key, on_png=self._on_png)
+        self.view.add_class("minfer-view-widget")
         self.slider = W.IntSlider(0, 0, 0, description="step", continuous_update=False,
-                                  layout=W.Layout(width="420px"))
+                                  layout=W.Layout(width="360px"))
         self.slider.observe(self._on_slider, "value")
-        self.status = W.HTML()
-        self.gpu = W.HTML()
-        buttons = []
-        if self.recorder is not None:
-            size = W.Layout(width="80px")
-            run = W.Button(description="Run", icon="play", button_style="success", layout=size)
-            pause = W.Button(description="Pause", icon="pause", layout=size)
-            one = W.Button(description="Step", icon="step-forward", layout=size)
-            run.on_click(lambda _: self.start())
-            pause.on_click(lambda _: self.pause())
-            one.on_click(lambda _: self.step())
-            buttons = [run, pause, one]
+        self.speed = W.Dropdown(options=list(SPEEDS), value=steps_per_second if steps_per_second in dict(
+            SPEEDS).values() else 0.0, description="speed", layout=W.Layout(width="170px"),
+                                style={"description_width": "initial"})
+        if steps_per_second not in dict(SPEEDS).values():  # a pace of your own joins the list
+            self.speed.options = [*SPEEDS, (f"{steps_per_second:g} steps/s", steps_per_second)]
+            self.speed.value = steps_per_second
+        self.font = W.FloatSlider(self.options.scale, min=1.0, max=2.0, step=0.25, description="font",
+                                  readout_format=".2f", continuous_update=False, layout=W.Layout(width="220px"),
+                                  style={"description_width": "initial"})
+        self.font.observe(self._on_font, "value")
+        self.message = W.HTML()
+        live = self.recorder is not None
+        size = W.Layout(width="auto")
+        back = W.Button(description="", icon="step-backward", tooltip="previous step (←)", layout=size)
+        play = W.Button(description="Run" if live else "Play", icon="play", button_style="success", layout=size,
+                        tooltip="step at the chosen speed until the end or Pause")
+        pause = W.Button(description="Pause", icon="pause", layout=size, tooltip="stop before the next step")
+        forward = W.Button(description="Step" if live else "", icon="step-forward", layout=size,
+                           tooltip="one step (→)")
+        to_html = W.Button(description="HTML", icon="download", layout=size,
+                           tooltip="save the recording as an interactive HTML file that plays offline")
+        to_png = W.Button(description="PNG", icon="image", layout=size, tooltip="save a PNG of this step")
+        back.on_click(lambda _: self.back())
+        play.on_click(lambda _: self.start())
+        pause.on_click(lambda _: self.pause())
+        forward.on_click(lambda _: self.step())
+        to_html.on_click(lambda _: self._guard(self.export_html))
+        to_png.on_click(lambda _: self._guard(self.export_png))
+        for b, css in ((play, "minfer-run"), (pause, "minfer-pause"), (forward, "minfer-step"),
+                       (back, "minfer-back"), (to_html, "minfer-export-html"), (to_png, "minfer-export-png")):
+            b.add_class(css)
+        self._play_buttons = [back, play, pause, forward]
         rows: list[W.Widget] = []
         if self.owns_engine:
             rows.append(self._build_knobs())
-        rows += [W.HBox([*buttons, self.slider]), self.status,
-                 _boxed(self.batch_fig, "minfer-batch-chart"), _boxed(self.timeline_fig, "minfer-timeline"),
-                 W.HBox([W.VBox([_boxed(self.grid_fig, "minfer-block-grid"), self.gpu]),
-                         _boxed(self.queue_fig, "minfer-queues")], layout=W.Layout(flex_flow="row wrap")),
-                 _boxed(self.latency_fig, "minfer-latency")]
-        self.widget = W.VBox(rows)
+        rows += [W.HBox([back, play, pause, forward, self.speed, self.slider, self.font, to_html, to_png],
+                        layout=W.Layout(flex_flow="row wrap", align_items="center")),
+                 self.message, self.view]
+        self.widget = W.VBox(rows, layout=W.Layout(width="100%"))
         self.widget.add_class("minfer-dashboard")
+
+    def _guard(self, action: Any) -> None:
+        """A button's action: a refusal shows beside the buttons, not in a log nobody sees."""
+        try:
+            action()
+        except ValueError as e:
+            self._say(f"<span style='color:#c1121f'>{html.escape(str(e))}</span>")
 
     def _build_knobs(self) -> W.Widget:
         k = self.knobs
@@ -308,27 +453,67 @@ class Dashboard:
             "enable_prefix_caching": W.Checkbox(k.enable_prefix_caching, description="prefix caching",
                                                 indent=False, layout=W.Layout(width="130px")),
         }
-        apply = W.Button(description="Apply & reset", icon="refresh", button_style="warning")
-        apply.on_click(self._apply)
+        self.apply_button = W.Button(description="Apply & reset", icon="refresh")
+        self.apply_button.on_click(self._apply)
+        self.apply_button.add_class("minfer-apply")
+        self.pending = W.HTML()
+        self.pending.add_class("minfer-pending")
+        for control in self.controls.values():
+            control.observe(self._show_pending, "value")
         c = self.controls
         return W.VBox([W.HBox([c["backend"], c["scenario"]]),
                        W.HBox([c["num_blocks"], c["chunked_prefill_size"], c["max_num_seqs"], c["policy"],
-                               c["enable_prefix_caching"], apply])])
+                               c["enable_prefix_caching"], self.apply_button],
+                              layout=W.Layout(flex_flow="row wrap", align_items="center")),
+                       self.pending])
+
+    def pending_knobs(self) -> dict[str, tuple[Any, Any]]:
+        """Knobs whose control differs from what the engine runs with: name → (shown, applied)."""
+        applied = asdict(self.knobs)
+        return {n: (c.value, applied[n]) for n, c in self.controls.items() if c.value != applied[n]}
+
+    def _show_pending(self, _: Any = None) -> None:
+        """Changed knobs are not applied until Apply & reset: say so, next to the button."""
+        diff = self.pending_knobs()
+        self.apply_button.button_style = "warning" if diff else ""
+        self.apply_button.description = f"Apply & reset ({len(diff)})" if diff else "Apply & reset"
+        if not diff:
+            self.pending.value = ""
+            return
+        items = ", ".join(f"{KNOB_LABELS[n]} {html.escape(str(shown))} (running: {html.escape(str(now))})"
+                          for n, (shown, now) in diff.items())
+        self.pending.value = (f"<div style='background:#fff3cd;padding:2px 8px;border-radius:3px'><b>not applied "
+                              f"yet</b>: {items} -- Step and Run continue the current run until you press "
+                              "<b>Apply &amp; reset</b></div>")
 
     def _apply(self, _: Any = None) -> None:
-        """The Apply button: a knob the engine refuses is reported in the status line, not lost in a log."""
+        """The Apply button: a knob the engine refuses is reported beside the buttons, not lost in a log."""
         try:
             self.reset(**{n: c.value for n, c in self.controls.items()})
         except ValueError as e:
-            self.status.value = f"<span style='color:#c1121f'>not applied: {html.escape(str(e))}</span>"
+            self._say(f"<span style='color:#c1121f'><b>not applied</b>: {html.escape(str(e))}</span>")
+        else:
+            self._say("")
+        self._show_pending()
 
     def _sync_controls(self) -> None:
         for name, control in self.controls.items():
             control.value = getattr(self.knobs, name)
 
     def _on_slider(self, change: dict) -> None:
-        if not self._following:
+        if not self._following:  # the user scrubs: a run in flight stops, the view follows the slider
+            self.pause()
             self.draw(change["new"])
+
+    def _on_font(self, change: dict) -> None:
+        self.options.scale = change["new"]
+        self.draw(self.index)
+
+    def _on_key(self, key: str) -> None:
+        if key == "ArrowLeft":
+            self.back()
+        elif key == "ArrowRight":
+            self.step()
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
@@ -336,16 +521,9 @@ class Dashboard:
         display(self.widget)
 
 
-def _boxed(fig: go.FigureWidget, css_class: str) -> W.Box:
-    """A figure in a box with a CSS class, so a browser test can find each view. The box keeps the
-    figure's size: never squeezed (and clipped) by its neighbours."""
-    box = W.Box([fig], layout=W.Layout(flex="0 0 auto"))
-    box.add_class(css_class)
-    return box
-
-
 def live(engine: LLMEngine, **kwargs: Any) -> Dashboard:
-    """A dashboard on an engine you built and loaded with requests; call ``.run()`` (or press Run)."""
+    """A dashboard on an engine you built and loaded with requests. Press Run, or ``await
+    live(engine).play()`` in a cell (``.run()`` in a script)."""
     from IPython.display import display
 
     dash = Dashboard(engine, **kwargs)

@@ -1,8 +1,10 @@
 """Queues and memory over time, from a trace: how long the lines are, and how full the pool is.
 
 Top panel: requests waiting (queued, incl. preempted ones), running, and not yet arrived, per step, with
-a mark at every step that preempted. Bottom panel: KV blocks in use and blocks in the prefix-hash index,
-against the pool size. When the waiting line grows while the pool is full, the server is memory-bound;
+an ✕ naming the requests preempted in that step. Bottom panel: KV blocks in use and blocks in the
+prefix-hash index, against the pool size. Each step's value is drawn across that step's whole width
+(``step - 0.5 .. step + 0.5``, under its bar in the tokens-per-step chart), so the latest step is as
+visible as the others. When the waiting line grows while the pool is full, the server is memory-bound;
 when it grows with blocks to spare, the per-step budgets (``max_num_seqs``, the token budget) bind.
 """
 
@@ -12,10 +14,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from minfer.trace import StepTrace
-from minfer.viz.style import as_widget
+from minfer.viz.narration import decisions
+from minfer.viz.style import (
+    ALARM,
+    CACHED_RIM,
+    PHASE_COLORS,
+    REFERENCE_LINE,
+    as_figure,
+    figure,
+    rgba,
+    scaled_height,
+    step_axis,
+)
 
 
 @dataclass(slots=True)
@@ -40,39 +52,63 @@ def queue_data(trace: Sequence[StepTrace]) -> QueueData:
     )
 
 
-def queue_chart(trace: Sequence[StepTrace], widget: bool = False, height: int = 330,
-                width: int | None = None) -> go.Figure:
-    """Queue lengths (top) and KV blocks in use (bottom) per step; ✕ marks steps that preempted."""
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                        subplot_titles=("Requests", "KV blocks"))
-    line = dict(mode="lines", line_shape="hv")
-    fig.add_scatter(name="waiting", line_color="#adb5bd", **line, row=1, col=1)
-    fig.add_scatter(name="running", line_color="#2a9d8f", **line, row=1, col=1)
-    fig.add_scatter(name="not arrived", line=dict(color="#ced4da", dash="dot"), mode="lines", line_shape="hv",
-                    row=1, col=1)
-    fig.add_scatter(name="preempted", mode="markers", marker=dict(symbol="x", color="#e63946", size=9),
-                    row=1, col=1)
-    fig.add_scatter(name="blocks in use", line_color="#264653", fill="tozeroy", **line, row=2, col=1)
-    fig.add_scatter(name="blocks cached", line_color="#2d6a4f", **line, row=2, col=1)
-    fig.add_scatter(name="pool size", line=dict(color="black", dash="dash", width=1), mode="lines",
-                    row=2, col=1)
-    fig.update_layout(height=height, width=width, template="plotly_white", legend=dict(font_size=10),
-                      margin=dict(l=50, r=10, t=30, b=35))
-    fig.update_xaxes(title_text="step", row=2, col=1)
-    update_queue_chart(fig, trace)
-    return as_widget(fig, widget)
+def _steps_line(name: str, steps: list[int], values: list[int], unit: str, optional: bool = False,
+                **style) -> dict:
+    """A line holding each step's value across the step's width. An ``optional`` series that stays zero
+    (nothing cached, nobody still to arrive) is drawn empty and left out of the legend."""
+    if optional and not any(values):
+        steps, values = [], []
+    x = [s - 0.5 for s in steps] + [steps[-1] + 0.5] if steps else []
+    y = values + values[-1:]
+    hover = [f"step {s}: {v} {unit}" for s, v in zip(steps, values)] + [f"step {steps[-1]}: {values[-1]} {unit}"
+                                                                      ] if steps else []
+    style["line"] = {**style.get("line", {}), "shape": "hv"}
+    return dict(type="scatter", mode="lines", name=name, x=x, y=y, hovertext=hover, hoverinfo="text",
+                showlegend=bool(steps), **style)
 
 
-def update_queue_chart(fig: go.Figure, trace: Sequence[StepTrace]) -> None:
+def queue_figure(trace: Sequence[StepTrace], scale: float = 1.0, height: int = 380) -> dict:
+    """Queue lengths (top) and KV blocks in use (bottom) per step, as plotly JSON; ✕ marks (with the
+    requests' names) the steps that preempted."""
     d = queue_data(trace)
     hit = [i for i, n in enumerate(d.preempted) if n]
-    with fig.batch_update():
-        fig.data[0].update(x=d.steps, y=d.waiting)
-        fig.data[1].update(x=d.steps, y=d.running)
-        fig.data[2].update(x=d.steps, y=d.pending)
-        fig.data[3].update(x=[d.steps[i] for i in hit], y=[d.running[i] for i in hit],
-                           hovertext=[f"step {d.steps[i]}: {d.preempted[i]} preempted" for i in hit])
-        fig.data[4].update(x=d.steps, y=d.used_blocks)
-        fig.data[5].update(x=d.steps, y=d.cached_blocks)
-        ends = [d.steps[0], d.steps[-1]] if d.steps else []
-        fig.data[6].update(x=ends, y=[d.num_blocks] * len(ends))
+    why = {t.step: [x for x in decisions(t) if x.kind == "preempted"] for t in trace if t.preempted}
+    dark = PHASE_COLORS["decode"]
+    data = [
+        _steps_line("waiting", d.steps, d.waiting, "waiting", line=dict(color=dark, width=2, dash="dash")),
+        _steps_line("running", d.steps, d.running, "running", line=dict(color=dark, width=2.5)),
+        _steps_line("not arrived", d.steps, d.pending, "not arrived yet", optional=True,
+                    line=dict(color="#9aa3ad", width=1.5, dash="dot")),
+        dict(type="scatter", mode="markers+text", name="preempted", showlegend=bool(hit), hoverinfo="text",
+             x=[d.steps[i] for i in hit], y=[d.running[i] for i in hit],
+             text=[", ".join(t.preempted) for t in trace if t.preempted], textposition="top center",
+             textfont=dict(color=ALARM), marker=dict(symbol="x", color=ALARM, size=round(11 * scale)),
+             hovertext=[f"step {s}: " + "; ".join(f"preempted {x.request} ({x.why})" for x in why[s])
+                        for s in (d.steps[i] for i in hit)]),
+        _steps_line("blocks in use", d.steps, d.used_blocks, "blocks in use", line=dict(color=dark, width=2),
+                    fill="tozeroy", fillcolor=rgba(dark, 0.15), xaxis="x2", yaxis="y2"),
+        _steps_line("blocks cached", d.steps, d.cached_blocks, "blocks in the prefix index", optional=True,
+                    line=dict(color=CACHED_RIM, width=1.5, dash="dashdot"), xaxis="x2", yaxis="y2"),
+        dict(type="scatter", mode="lines", name="pool size", xaxis="x2", yaxis="y2", hoverinfo="skip",
+             x=[d.steps[0] - 0.5, d.steps[-1] + 0.5] if d.steps else [], y=[d.num_blocks] * (2 if d.steps else 0),
+             line=dict(color=REFERENCE_LINE, dash="dash", width=1), showlegend=bool(d.steps)),
+    ]
+    first, last = (d.steps[0], d.steps[-1]) if d.steps else (0, 9)
+    top = max(d.waiting + d.running + d.pending, default=0)
+    layout = dict(
+        title=dict(text="Queues and KV blocks"), height=scaled_height(height, scale),
+        margin=dict(l=60, r=20, t=round(80 * scale), b=50),
+        xaxis=step_axis(first, last, anchor="y", matches="x2", showticklabels=False, title=dict(text="")),
+        yaxis=dict(domain=[0.55, 1], title=dict(text="requests"), range=[0, max(top * 1.25, 1)], rangemode="tozero"),
+        xaxis2=step_axis(first, last, anchor="y2"),
+        yaxis2=dict(domain=[0, 0.45], title=dict(text="KV blocks"), range=[0, max(d.num_blocks * 1.08, 1)]))
+    if not d.steps:
+        layout["annotations"] = [dict(text="no steps yet", showarrow=False, xref="paper", yref="paper", x=0.5,
+                                      y=0.5, font=dict(color="#8a9099"))]
+    return figure(data, layout, scale)
+
+
+def queue_chart(trace: Sequence[StepTrace], height: int = 380, width: int | None = None,
+                scale: float = 1.0) -> go.Figure:
+    """Queue lengths (top) and KV blocks in use (bottom) per step; ✕ marks (and names) preemptions."""
+    return as_figure(queue_figure(trace, scale, height), width)

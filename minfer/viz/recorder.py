@@ -122,8 +122,8 @@ class Recorder:
     def sync_metrics(self) -> None:
         """Add the metrics of requests still queued or running (their arrival times: the timeline shows
         them waiting). Called before drawing, not every step: it walks every unfinished request."""
-        for rid, req in self.engine.scheduler.requests.items():
-            self.recording.metrics.setdefault(rid, req.metrics)
+        for req in self.engine.unfinished_requests():
+            self.recording.metrics.setdefault(req.request_id, req.metrics)
 
     def done(self) -> bool:
         return not self.engine.has_unfinished_requests()

@@ -1,35 +1,78 @@
-"""Colours shared by every view, so one request looks the same in the batch chart and the block grid.
+"""The course's figure style: one palette, one template, one way to tell phases from requests.
 
-A request's colour is assigned the first time any view asks for it (``ColorMap``); a dashboard passes
-one ``ColorMap`` to all its views. Request *states* and block *kinds* have fixed colours of their own.
+Two meanings compete for colour in this course's figures: *which request* (a batch chart, the block grid)
+and *which phase* a request is in (waiting, prefill, decode, preempted). When both use hues, a reader cannot
+tell "r4" from "prefill". So the course splits them:
+
+* **Phases** are drawn in neutral greys, light to dark -- waiting, prefill, decode -- plus one alarm colour,
+  red, which means *preempted* and nothing else. Each phase also has a *pattern*: prefill hatched, decode
+  solid, waiting hollow, preempted crossed. A chart whose colour means the phase uses ``PHASE_COLORS``; a
+  chart whose colour means the request keeps the request's hue and shows the phase by its pattern
+  (``phase_marker``). Either way the legend reads the same.
+* **Requests** take hues from ``REQUEST_HUES``, which holds no grey and no red, so no request can be
+  mistaken for a phase (``tests/test_viz.py`` checks the colour distances). ``ColorMap`` hands them out in
+  first-seen order; pass one map to every view of a run so a request keeps its hue everywhere.
+* **One template**: white background, one font whose size is scaled by one factor (presentation mode: 1x on
+  a laptop, 2x for the back row), no fixed width (figures fill the notebook), titled numeric axes.
+
+``figure(data, layout)`` builds plain plotly JSON with the style applied -- the dashboard sends these dicts
+to the browser (building a ``go.Figure`` validates every value and costs ~50x more); ``as_figure`` wraps
+one in a ``go.Figure`` for a chapter, and ``apply(fig)`` restyles a figure built any other way.
+``check_figure`` lists what breaks the style (an untitled numeric axis, a fixed width, another template):
+the checklist in ``docs/architecture.md``, as code.
 """
 
 from __future__ import annotations
 
+import colorsys
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 import plotly.graph_objects as go
-from plotly.colors import qualitative
 
-# Enough distinct hues for a lecture's worth of requests; beyond that colours repeat (hover says who).
-PALETTE: tuple[str, ...] = tuple(qualitative.Plotly + qualitative.D3 + qualitative.Dark24)
+# ---- colours -------------------------------------------------------------------------------------------
 
-STATE_COLORS = {
-    "waiting": "#cfd4da",  # arrived, queued, never ran yet
-    "prefill": "#f4a261",  # computing prompt tokens (a chunk per step)
-    "decode": "#2a9d8f",  # one new token per step
-    "stalled": "#e9e3a6",  # holds blocks but computed nothing this step (no prefill budget left)
-    "preempted": "#e63946",  # lost its blocks; queued again, will recompute
+PHASES = ("waiting", "stalled", "prefill", "decode", "preempted")
+PHASE_COLORS = {
+    "waiting": "#cdd2d8",  # arrived, queued, never ran yet
+    "stalled": "#e3e6ea",  # holds blocks but computed nothing this step (no budget left for it)
+    "prefill": "#858d98",  # computing prompt tokens (a chunk per step)
+    "decode": "#343c46",  # one new token per step
+    "preempted": "#d62728",  # lost its blocks; queued again, will recompute. The only red in the course.
 }
-FINISH_COLORS = {"stop": "#264653", "length": "#264653", "abort": "#6c757d", "rejected": "#9d0208",
-                 "timeout": "#9d0208"}
+PHASE_PATTERNS = {"waiting": "", "stalled": ".", "prefill": "/", "decode": "", "preempted": "x"}
+PHASE_LABELS = {"waiting": "waiting", "stalled": "holds blocks, no budget", "prefill": "prefill (hatched)",
+                "decode": "decode (solid)", "preempted": "preempted (crossed)"}
+ALARM = PHASE_COLORS["preempted"]
 
-EMPTY_SLOT = "#e9ecef"  # a block in use, slots not yet filled (internal waste)
-FREE_BLOCK = "#f8f9fa"  # a free block
-CACHED_OUTLINE = "#2d6a4f"  # a block whose prefix hash is indexed: a later request can reuse it
-PLAIN_OUTLINE = "#ffffff"
+# Saturated hues, far from the greys and from red (a test checks the distances). Beyond twelve requests
+# colours repeat; hover text and labels always name the request.
+REQUEST_HUES: tuple[str, ...] = (
+    "#1f77b4",  # blue
+    "#ff7f0e",  # orange
+    "#2ca02c",  # green
+    "#9467bd",  # purple
+    "#17becf",  # cyan
+    "#bcbd22",  # olive
+    "#e377c2",  # pink
+    "#8c564b",  # brown
+    "#0d47a1",  # deep blue
+    "#f2b701",  # gold
+    "#00897b",  # teal
+    "#a6761d",  # ochre
+)
+
+FREE_BLOCK = "#f1f3f5"  # a free KV block: a light cell with a visible rim
+BLOCK_RIM = "#9aa3ad"
+EMPTY_SLOT = "#ffffff"  # the unfilled part of a block in use (internal waste)
+CACHED_RIM = "#111111"  # a thick dark rim: the block's prefix hash is indexed (reusable)
+REFERENCE_LINE = "#111111"  # pool size, SLO lines: black, dashed
+NEUTRAL = "#5d6d7e"  # a measured quantity that is neither a phase nor a request (latency histograms)
 
 
 class ColorMap:
-    """Request id → palette colour, in first-seen order (stable for the life of a dashboard)."""
+    """Request id → hue, in first-seen order (stable for the life of a dashboard or a chapter's figures)."""
 
     def __init__(self) -> None:
         self._colors: dict[str, str] = {}
@@ -37,11 +80,224 @@ class ColorMap:
     def __call__(self, request_id: str) -> str:
         color = self._colors.get(request_id)
         if color is None:
-            color = self._colors[request_id] = PALETTE[len(self._colors) % len(PALETTE)]
+            color = self._colors[request_id] = REQUEST_HUES[len(self._colors) % len(REQUEST_HUES)]
         return color
 
+    def items(self) -> list[tuple[str, str]]:
+        """(request id, hue) in the order the requests were first drawn: the request legend."""
+        return list(self._colors.items())
 
-def as_widget(fig: go.Figure, widget: bool) -> go.Figure:
-    """A ``FigureWidget`` (live: updates reach the browser) made from a *finished* figure, or the figure.
-    Built complete first, so every trace style is in the widget's initial state."""
-    return go.FigureWidget(fig) if widget else fig
+
+def rgba(hex_color: str, alpha: float) -> str:
+    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def phase_marker(phase: str, hues: Sequence[str]) -> dict:
+    """Bar marker for ``phase`` over bars whose colour is their request's hue: the phase as a pattern.
+    Preempted bars take the alarm red instead: a preempted request holds nothing, its hue would mislead."""
+    n = len(hues)
+    if phase == "preempted":
+        return dict(color=[rgba(ALARM, 0.18)] * n, line=dict(color=ALARM, width=1.5),
+                    pattern=dict(shape="x", fgcolor=ALARM, size=7, solidity=0.25))
+    if phase == "waiting":  # hollow: a faint fill inside the request's outline
+        return dict(color=[rgba(h, 0.12) for h in hues], line=dict(color=list(hues), width=1.5))
+    if phase == "stalled":
+        return dict(color=[rgba(h, 0.35) for h in hues], line=dict(color=list(hues), width=1),
+                    pattern=dict(shape=".", fgcolor="white", fgopacity=0.9, size=6))
+    if phase == "prefill":
+        return dict(color=list(hues), line=dict(color=list(hues), width=0.5),
+                    pattern=dict(shape="/", fgcolor="white", fgopacity=0.75, size=8, solidity=0.3))
+    return dict(color=list(hues), line=dict(color=list(hues), width=0.5))  # decode: solid
+
+
+def legend_entry(name: str, marker: dict, group: str | None = None) -> dict:
+    """A legend-only bar trace: the legend shows exactly this swatch, not the first bar of a data trace
+    (whose colour is some request's)."""
+    trace = dict(type="bar", name=name, x=[None], y=[None], marker=marker, showlegend=True, hoverinfo="skip")
+    if group:
+        trace["legendgroup"] = group
+    return trace
+
+
+def phase_legend(phases: Sequence[str]) -> list[dict]:
+    """Legend swatches for phases, in neutral grey with their pattern (red for preempted)."""
+    out = []
+    for p in phases:
+        m = phase_marker(p, [PHASE_COLORS["prefill"] if p != "decode" else PHASE_COLORS["decode"]])
+        out.append(legend_entry(PHASE_LABELS[p], _scalar_marker(m), group=f"phase:{p}"))
+    return out
+
+
+def request_legend(colors: ColorMap, requests: Sequence[str], labels: Mapping[str, str] | None = None,
+                   limit: int = 24) -> list[dict]:
+    """Legend swatches for requests (at most ``limit``: beyond that a legend is longer than the chart)."""
+    if len(requests) > limit:
+        return []
+    return [legend_entry((labels or {}).get(r, r), dict(color=colors(r)), group=r) for r in requests]
+
+
+def _scalar_marker(marker: dict) -> dict:
+    """A per-bar marker (lists) turned into one swatch's marker (the first value of each list)."""
+    out: dict = {}
+    for k, v in marker.items():
+        out[k] = _scalar_marker(v) if isinstance(v, dict) else v[0] if isinstance(v, list) else v
+    return out
+
+
+# ---- the template --------------------------------------------------------------------------------------
+
+TEMPLATE_NAME = "minfer"
+FONT = "Inter, 'Helvetica Neue', Arial, sans-serif"
+FONT_SIZE = 13  # at scale 1; titles are 1.3x, plotly derives ticks, legends and hover text from it
+_AXIS = dict(gridcolor="#e6e8eb", linecolor="#9aa3ad", zeroline=False, ticks="outside", tickcolor="#9aa3ad",
+             showline=True, automargin=True, title=dict(standoff=8))
+TEMPLATE_LAYOUT: dict[str, Any] = dict(
+    paper_bgcolor="white", plot_bgcolor="white", colorway=list(REQUEST_HUES), font=dict(family=FONT, color="#1f2328"),
+    xaxis=_AXIS, yaxis=_AXIS, hoverlabel=dict(font=dict(family=FONT)), bargap=0.15,
+    legend=dict(orientation="h", x=0, xanchor="left", y=1.0, yanchor="bottom", bgcolor="rgba(255,255,255,0.8)"),
+    title=dict(x=0, xanchor="left", xref="paper", y=1.0, yref="container", yanchor="top", pad=dict(t=8)),
+)
+
+
+def template() -> go.layout.Template:
+    """The course template as a plotly object (``fig.update_layout(template=style.template())``)."""
+    return go.layout.Template(layout=TEMPLATE_LAYOUT)
+
+
+def use_course_template() -> None:
+    """Make the course template plotly's default for this session (chapters call it once at the top)."""
+    import plotly.io as pio
+
+    pio.templates[TEMPLATE_NAME] = template()
+    pio.templates.default = TEMPLATE_NAME
+
+
+def scaled_height(height: float, scale: float) -> int:
+    """Bigger fonts need more room: a figure grows by half as much as its font."""
+    return round(height * (1 + 0.5 * (scale - 1)))
+
+
+def figure(data: list[dict], layout: dict, scale: float = 1.0) -> dict:
+    """Plain plotly JSON in the course style: the template, one font size for everything (``scale`` times
+    the base), titles 1.3x, and no width -- the figure fills its container."""
+    base = dict(template=dict(layout=TEMPLATE_LAYOUT), font=dict(size=round(FONT_SIZE * scale, 1)),
+                autosize=True)
+    out = _merge(base, layout)
+    title = out.get("title")
+    if isinstance(title, dict):
+        title.setdefault("font", {}).setdefault("size", round(FONT_SIZE * 1.3 * scale, 1))
+    out.pop("width", None)
+    return {"data": data, "layout": out}
+
+
+def apply(fig: go.Figure, scale: float = 1.0) -> go.Figure:
+    """Put a figure built elsewhere (plotly express, ``make_subplots``) into the course style, in place:
+    the template, the scaled font, no fixed width."""
+    fig.update_layout(template=template(), font_size=round(FONT_SIZE * scale, 1), autosize=True, width=None)
+    fig.update_layout(title_font_size=round(FONT_SIZE * 1.3 * scale, 1))
+    return fig
+
+
+def as_figure(spec: dict, width: int | None = None) -> go.Figure:
+    """A ``go.Figure`` from a ``figure`` dict, for a chapter (``width``: only where a page needs one)."""
+    fig = go.Figure(spec)
+    if width:
+        fig.update_layout(width=width)
+    return fig
+
+
+def _merge(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def nice_step(span: float, target: int = 10) -> float:
+    """A round tick or bin size (1, 2 or 5 times a power of ten) giving about ``target`` intervals."""
+    if span <= 0:
+        return 1.0
+    raw = span / target
+    power = 10 ** math.floor(math.log10(raw))
+    return next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+
+
+def step_axis(first: int, last: int, **extra: Any) -> dict:
+    """An x axis over engine steps ``first..last``: integer ticks only (never 'step 2.5'), titled."""
+    span = max(last - first, 1)
+    axis = dict(title=dict(text="step"), range=[first - 0.5, last + 0.5], tick0=0,
+                dtick=max(1, int(nice_step(span))), tickformat="d")
+    return axis | extra
+
+
+# ---- checks ----------------------------------------------------------------------------------------------
+
+
+def check_figure(fig: go.Figure | Mapping) -> list[str]:
+    """What breaks the course style in ``fig`` (a ``go.Figure`` or plotly JSON): every visible numeric
+    axis titled, no fixed width, the course template. An empty list: nothing to fix."""
+    spec = fig.to_plotly_json() if isinstance(fig, go.Figure) else fig
+    layout = spec.get("layout", {})
+    problems = []
+    if layout.get("width"):
+        problems.append(f"fixed width {layout['width']} px (leave it out: the figure fills the notebook)")
+    tpl = layout.get("template")
+    tpl_layout = tpl.get("layout", {}) if isinstance(tpl, Mapping) else getattr(tpl, "layout", None)
+    if not tpl_layout or _plain(tpl_layout).get("colorway") != list(REQUEST_HUES):
+        problems.append("not the course template (minfer.viz.style.figure or use_course_template())")
+    axes = {k for k in layout if k.startswith(("xaxis", "yaxis"))}
+    for trace in spec.get("data", []):  # axes a trace uses, even if the layout never mentions them
+        axes |= {_axis_name(trace.get("xaxis", "x")), _axis_name(trace.get("yaxis", "y"))}
+    for name in sorted(axes):
+        ax = layout.get(name, {})
+        if ax.get("visible") is False or ax.get("type") in ("category", "multicategory"):
+            continue
+        if ax.get("matches") or ax.get("showticklabels") is False:  # shares a titled axis (stacked panels)
+            continue
+        if not _axis_has_data(spec, name) and name not in layout:
+            continue
+        title = ax.get("title")
+        text = title.get("text") if isinstance(title, Mapping) else title
+        if not text:
+            problems.append(f"{name} has no title (say what is counted, with units)")
+    return problems
+
+
+def _plain(obj: Any) -> dict:
+    return obj.to_plotly_json() if hasattr(obj, "to_plotly_json") else dict(obj)
+
+
+def _axis_name(ref: str) -> str:
+    return ("xaxis" if ref.startswith("x") else "yaxis") + ref[1:]
+
+
+def _axis_has_data(spec: Mapping, name: str) -> bool:
+    ref = ("x" if name.startswith("x") else "y") + name[5:]
+    key = "xaxis" if name.startswith("x") else "yaxis"
+    return any(t.get(key, ref[0]) == ref for t in spec.get("data", []))
+
+
+# ---- colour distance (for tests and for anyone adding a colour) ------------------------------------------
+
+
+def lab(hex_color: str) -> tuple[float, float, float]:
+    """CIE L*a*b* of an sRGB colour (D65): distances here match how different two colours look."""
+    rgb = [int(hex_color[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+    lin = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgb]
+    x = (0.4124 * lin[0] + 0.3576 * lin[1] + 0.1805 * lin[2]) / 0.95047
+    y = 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+    z = (0.0193 * lin[0] + 0.1192 * lin[1] + 0.9505 * lin[2]) / 1.08883
+    f = [t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116 for t in (x, y, z)]
+    return 116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])
+
+
+def color_distance(a: str, b: str) -> float:
+    """CIE76 delta E between two hex colours: below ~10 most people see 'the same colour'."""
+    return math.dist(lab(a), lab(b))
+
+
+def saturation(hex_color: str) -> float:
+    """HLS saturation (0 for greys): request hues must be clearly chromatic."""
+    r, g, b = (int(hex_color[i:i + 2], 16) / 255 for i in (1, 3, 5))
+    return colorsys.rgb_to_hls(r, g, b)[2]

@@ -1,0 +1,53 @@
+"""The executor contract: what runs a step the scheduler planned, and what the engine must know at start.
+
+The engine has two executors and cannot tell them apart:
+
+* ``ModelRunner`` (``runner.py``) runs the real model: one forward pass, one sampled token per request
+  whose chunk reached its last token. The engine times the step by the wall clock.
+* ``SimExecutor`` (``sim/executor.py``) runs no model: a placeholder token, and a step time from the
+  roofline cost model of a chosen GPU.
+
+Both take a ``SchedulerOutput`` -- the whole plan of the step, block tables included -- and return a
+``ModelOutput``. Neither reads the scheduler or the block pool: what they need travels in the plan. And
+both are built by a function that returns an ``ExecutorSetup``: the executor plus the facts the engine
+needs before its first step (how many KV blocks fit, the longest sequence, the tokenizer if any).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from minfer.scheduler.scheduler import SchedulerOutput
+
+if TYPE_CHECKING:  # annotations only: the contract does not depend on a model or a tokenizer
+    from minfer.kv.cache import PagedKVCache
+    from minfer.model.tokenizer import Tokenizer
+
+
+@dataclass(slots=True)
+class ModelOutput:
+    """What one step produced."""
+
+    sampled: dict[str, int] = field(default_factory=dict)  # request id → its next token
+    duration: float | None = None  # modelled seconds (simulator); None: the engine measures the wall clock
+
+
+class Executor(Protocol):
+    def execute(self, out: SchedulerOutput) -> ModelOutput:
+        """Compute the step's chunks; sample a token for every chunk that reaches its request's last token."""
+        ...
+
+
+@dataclass(slots=True)
+class ExecutorSetup:
+    """An executor and what the engine must know before its first step."""
+
+    executor: Executor
+    num_blocks: int  # KV blocks that fit in the memory budget
+    max_model_len: int  # the longest sequence (prompt + output) a request may reach
+    tokenizer: Tokenizer | None = None  # None: prompts must be token ids (the simulator)
+    vocab_size: int | None = None  # None: token ids are not checked (the simulator has no vocabulary)
+    eos_token_ids: tuple[int, ...] = ()
+    model: Any = None  # the loaded model, if any (notebooks reuse its weights)
+    kv_cache: PagedKVCache | None = None  # the real KV cache, if any

@@ -1,0 +1,30 @@
+"""The words the layers share: finish reasons, policy and admission names, backends, devices.
+
+Each is a ``Literal`` type, so a type checker catches a misspelt ``"fcfs"`` or ``"lenght"`` where it is
+written, and ``allowed(T)`` gives the same names to the checks that refuse a bad value at run time --
+one list of names, read by both. This module sits at the bottom of the package: it imports nothing of
+minfer, and everything may import it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, get_args
+
+FinishReason = Literal["stop", "length", "abort", "rejected", "timeout", "error"]
+"""Why a request ended. ``stop``: EOS, a stop token or a stop string; ``length``: ``max_tokens`` or the
+model's length limit; ``abort``: the client (``abort_request``); ``rejected``: refused by admission control or
+shed; ``timeout``: waited longer than ``max_queue_time``; ``error``: something failed while serving this one
+request (the message is its ``stop_reason``), and every other request went on."""
+
+PolicyName = Literal["fcfs", "priority", "sjf", "fair"]
+AdmissionMode = Literal["optimistic", "reserve"]
+ExecutorName = Literal["model", "sim"]
+BackendName = Literal["auto", "torch", "triton", "cpp"]
+DType = Literal["auto", "float32", "bfloat16", "float16"]
+TimeoutAction = Literal["finish", "promote"]
+DeviceType = Literal["cpu", "cuda"]
+
+
+def allowed(literal: Any) -> tuple[str, ...]:
+    """The names a ``Literal`` type admits, in the order written: ``allowed(PolicyName)``."""
+    return get_args(literal)

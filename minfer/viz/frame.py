@@ -1,0 +1,139 @@
+"""One picture of a run at one step: everything the dashboard shows, as plain JSON.
+
+``dashboard_frame(recording, index, ...)`` returns the five figures (plotly JSON from the view modules),
+the status line, the narration line ("what the scheduler decided") and the legend, for the state after
+step ``index`` of a recording. The notebook widget sends one frame to the browser per redraw; the HTML
+export writes one frame per step into a file. Both draw frames with the same JavaScript
+(``static/views.js``), so the export looks exactly like the dashboard.
+
+``index = -1`` is the moment before the first step: no steps yet, and the pool as the engine has it
+(``snapshot``, all blocks free).
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+from minfer.kv.block_pool import PoolSnapshot
+from minfer.trace import StepTrace
+from minfer.viz.batch import batch_figure, timeline_data, timeline_figure
+from minfer.viz.blocks import grid_figure
+from minfer.viz.latency import latency_figure
+from minfer.viz.narration import decisions, request_info
+from minfer.viz.queues import queue_figure
+from minfer.viz.recorder import Recording
+from minfer.viz.style import ALARM, PHASE_COLORS, PHASE_LABELS, ColorMap, rgba
+
+VIEW_NAMES = ("batch", "timeline", "grid", "queues", "latency")
+
+
+@dataclass(slots=True)
+class FrameOptions:
+    """How a dashboard draws: the views' window, the SLO lines, the presentation font scale."""
+
+    window: int | None = 200  # steps shown in the step charts (None: all)
+    ttft_slo: float | None = None  # seconds
+    itl_slo: float | None = None
+    scale: float = 1.0  # font scale: 1 on a laptop, up to 2 for the back of a lecture hall
+
+
+def dashboard_frame(rec: Recording, index: int, colors: ColorMap, options: FrameOptions,
+                    snapshot: PoolSnapshot | None = None, state: str = "", extra: str = "") -> dict:
+    """The dashboard after step ``index`` of ``rec`` (-1: before the first step; ``snapshot`` is then the
+    pool to show). ``state`` (e.g. "running at 2 steps/s") and ``extra`` (GPU memory) join the status."""
+    trace = rec.trace[: index + 1]
+    shown = trace[-options.window:] if options.window else trace
+    since = shown[0].step if shown else None
+    timeline = timeline_data(trace, rec.metrics, since)
+    seen = timeline.requests  # the rows on screen, in order of first appearance
+    for rid in seen:  # a request's hue is fixed the first time it is drawn, the same in every view
+        colors(rid)
+    kept = rec.snapshot_at(index) if index >= 0 else None
+    grid_title = None
+    if index >= 0 and kept is not None and kept[0] != index:
+        grid_title = f"KV blocks after step {rec.trace[kept[0]].step} (no snapshot kept for this step)"
+    pool = kept[1] if kept else snapshot if index < 0 else None
+    s = options.scale
+    views = {
+        "batch": batch_figure(shown, colors, s, legend=False),
+        "timeline": timeline_figure(trace, rec.metrics, colors, since, s, legend=False, data=timeline),
+        "grid": grid_figure(pool, colors, scale=s, title=grid_title),
+        "queues": queue_figure(shown, s),
+        "latency": latency_figure(rec.metrics, options.ttft_slo, options.itl_slo,
+                                  until=trace[-1].end_time if trace else 0.0, scale=s),
+    }
+    return {"step": index, "step_number": trace[-1].step if trace else None, "scale": s, "views": views,
+            "status": status_html(rec, index, state, extra),
+            "narration": narration_html(trace[-1] if trace else None, colors),
+            "legend": legend_html(colors, seen, request_info(trace))}
+
+
+def status_html(rec: Recording, index: int, state: str = "", extra: str = "") -> str:
+    tail = f" · {html.escape(state)}" if state else ""
+    more = f"<br>{extra}" if extra else ""
+    if index < 0 or not rec.trace:
+        return f"<b>no steps yet</b>: press <b>Step</b> or <b>Run</b>{tail}{more}"
+    t = rec.trace[index]
+    preempted = sum(len(s.preempted) for s in rec.trace[: index + 1])
+    finished = sum(len(s.finished) for s in rec.trace[: index + 1])
+    used = t.num_blocks - t.num_free_blocks
+    return (f"<b>step {t.step}</b> (steps {rec.trace[0].step}–{rec.trace[-1].step}) · engine clock "
+            f"{t.end_time:.3f} s · batch {t.batch_size} ({t.num_prefill_tokens} prefill + {t.num_decode_tokens} "
+            f"decode tokens) · running {t.num_running} · waiting {t.num_waiting} · finished {finished} · "
+            f"preemptions {preempted} · blocks {used}/{t.num_blocks}{tail}{more}")
+
+
+def _name(request: str, colors: ColorMap) -> str:
+    return f"<b style='color:{colors(request)}'>{html.escape(request)}</b>"
+
+
+def narration_html(t: StepTrace | None, colors: ColorMap) -> str:
+    """The narration line with each request named in its hue (the text: ``narration.narrate``)."""
+    if t is None:
+        return "the scheduler has not decided anything yet"
+    parts = []
+    for d in decisions(t):
+        verb = f"<b style='color:{ALARM}'>preempted</b>" if d.kind == "preempted" else d.kind
+        parts.append(f"{verb} {_name(d.request, colors)} ({html.escape(d.why)})")
+    if not parts:
+        parts = [f"no admission, preemption or finish: {t.batch_size} requests computed {t.num_tokens} tokens"
+                 if t.num_tokens else "idle: nothing to compute"]
+    return f"<b>step {t.step}</b> · " + " · ".join(parts)
+
+
+def _swatch(style: str) -> str:
+    return f"<span class='minfer-swatch' style='{style}'></span>"
+
+
+def _hatch(color: str, stripe: str = "rgba(255,255,255,0.75)") -> str:
+    return f"background:{color} repeating-linear-gradient(135deg,{stripe} 0 2px,transparent 2px 6px)"
+
+
+PHASE_SWATCHES = {
+    "waiting": f"background:{rgba(PHASE_COLORS['prefill'], 0.12)};border:1.5px solid {PHASE_COLORS['prefill']}",
+    "stalled": f"background:{rgba(PHASE_COLORS['prefill'], 0.35)};border:1px dotted {PHASE_COLORS['prefill']}",
+    "prefill": _hatch(PHASE_COLORS["prefill"]),
+    "decode": f"background:{PHASE_COLORS['decode']}",
+    "preempted": f"background:{rgba(ALARM, 0.18)} repeating-linear-gradient(45deg,{ALARM} 0 1.5px,transparent "
+                 f"1.5px 5px);border:1.5px solid {ALARM}",
+}
+
+
+def legend_html(colors: ColorMap, requests: list[str], info: dict[str, str] | None = None,
+                limit: int = 24) -> str:
+    """One legend for every view: phases by pattern, requests by hue (with tenant and priority if set);
+    past ``limit`` requests, a count (hover and labels still name every request)."""
+    chips = ["<span class='minfer-legend-title'>phase</span>"]
+    chips += [f"<span class='minfer-chip'>{_swatch(style)}<span>{html.escape(PHASE_LABELS[p])}</span></span>"
+              for p, style in PHASE_SWATCHES.items()]
+    if requests:
+        chips.append("<span class='minfer-legend-title'>requests</span>")
+    for rid in requests[:limit]:
+        hue = colors(rid)
+        label = f"{rid} · {info[rid]}" if info and info.get(rid) else rid
+        chips.append(f"<span class='minfer-chip' data-request='{html.escape(rid)}'>{_swatch(f'background:{hue}')}"
+                     f"<span>{html.escape(label)}</span></span>")
+    if len(requests) > limit:
+        chips.append(f"<span class='minfer-chip'>… and {len(requests) - limit} more</span>")
+    return "".join(chips)

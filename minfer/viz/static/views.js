@@ -1,0 +1,156 @@
+// Draws one dashboard frame -- status, narration, legend and five plotly figures -- into a page element.
+// Shared by the notebook widget (widget.js) and the standalone HTML export (player.js). The frame is plain
+// JSON made in Python (minfer/viz/frame.py): this file only places and draws it, it computes nothing.
+const MinferViews = (() => {
+  const VIEWS = [
+    ["batch", "minfer-batch-chart", false],
+    ["timeline", "minfer-timeline", false],
+    ["grid", "minfer-block-grid", false],
+    ["queues", "minfer-queues", true],
+    ["latency", "minfer-latency", true],
+  ];
+  const CONFIG = { displayModeBar: false, displaylogo: false, responsive: false };
+
+  function div(cls, parent) {
+    const d = document.createElement("div");
+    d.className = cls;
+    parent.appendChild(d);
+    return d;
+  }
+
+  function build(el) {
+    const root = div("minfer-canvas", el);
+    root.tabIndex = 0;
+    root.title = "click here, then use the left and right arrow keys to step";
+    const parts = { root, status: div("minfer-status", root), narration: div("minfer-narration", root),
+                    legend: div("minfer-legend", root), plots: {}, json: {}, drawn: null, width: 0 };
+    const views = div("minfer-views", root);
+    let pair = null;
+    for (const [name, cls, paired] of VIEWS) {
+      if (paired && !pair) pair = div("minfer-pair", views);
+      parts.plots[name] = div(`minfer-view ${cls}`, paired ? pair : views);
+    }
+    parts.status.innerHTML = "<span class='minfer-loading'>loading plotly.js …</span>";
+    return parts;
+  }
+
+  // The block grid keeps square cells at any width: its height follows the width it gets.
+  function sized(el, layout) {
+    const aspect = layout.meta && layout.meta.aspect;
+    if (!aspect) return layout;
+    const m = layout.margin || {};
+    const width = el.clientWidth || 900;
+    const plot = Math.max(width - (m.l || 0) - (m.r || 0), 100);
+    return { ...layout, height: Math.round(plot * aspect + (m.t || 0) + (m.b || 0)) };
+  }
+
+  async function draw(Plotly, parts, frame) {
+    if (!frame || !frame.views) return;
+    parts.drawn = frame;
+    parts.width = parts.root.clientWidth;
+    parts.root.style.setProperty("--minfer-scale", String(frame.scale || 1));
+    parts.status.innerHTML = frame.status || "";
+    parts.narration.innerHTML = frame.narration || "";
+    parts.legend.innerHTML = frame.legend || "";
+    const began = performance.now();
+    const times = {};
+    for (const [name, el] of Object.entries(parts.plots)) {
+      const spec = frame.views[name];
+      if (!spec) continue;
+      const json = JSON.stringify(spec);
+      if (json === parts.json[name] && el.data) continue;  // unchanged (a scrub that moved nothing, say)
+      const t0 = performance.now();
+      await Plotly.react(el, spec.data, sized(el, spec.layout), CONFIG);
+      parts.json[name] = json;
+      times[name] = performance.now() - t0;
+      await new Promise((r) => setTimeout(r, 0));  // a click (Pause) is handled between two figures
+    }
+    const log = (globalThis.__minferDrawTimes ??= []);  // for the browser test's response times
+    log.push({ total: performance.now() - began, ...times });
+    if (log.length > 200) log.shift();
+  }
+
+  function resize(Plotly, parts) {
+    const width = parts.root.clientWidth;
+    if (!parts.drawn || !width || width === parts.width) return;
+    parts.width = width;
+    for (const [name, el] of Object.entries(parts.plots)) {
+      const spec = parts.drawn.views[name];
+      if (!spec || !el.data) continue;
+      if (spec.layout.meta && spec.layout.meta.aspect) Plotly.relayout(el, { height: sized(el, spec.layout).height });
+      Plotly.Plots.resize(el);
+    }
+  }
+
+  function purge(Plotly, parts) {
+    for (const el of Object.values(parts.plots)) if (Plotly && el.data) Plotly.purge(el);
+  }
+
+  // ---- PNG of what is on screen: each figure through Plotly.toImage, the text drawn beside them ----
+  function loadImage(url) {
+    return new Promise((resolve, reject) => {
+      const img = new Image();
+      img.onload = () => resolve(img);
+      img.onerror = reject;
+      img.src = url;
+    });
+  }
+
+  function drawText(ctx, el, origin) {
+    const text = el.innerText.trim();
+    const r = el.getBoundingClientRect();
+    if (!text || !r.width) return;
+    const style = getComputedStyle(el);
+    ctx.font = `${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
+    ctx.fillStyle = style.color;
+    ctx.textBaseline = "top";
+    const size = parseFloat(style.fontSize);
+    const pad = parseFloat(style.paddingLeft) || 0;
+    let x = r.left - origin.left + pad, y = r.top - origin.top + (parseFloat(style.paddingTop) || 0);
+    let line = "";
+    for (const word of text.split(/\s+/)) {  // wrap at the element's width
+      const next = line ? `${line} ${word}` : word;
+      if (ctx.measureText(next).width > r.width - 2 * pad && line) {
+        ctx.fillText(line, x, y);
+        y += size * 1.45;
+        line = word;
+      } else line = next;
+    }
+    ctx.fillText(line, x, y);
+  }
+
+  async function png(Plotly, parts, scale = 2) {
+    const origin = parts.root.getBoundingClientRect();
+    const canvas = document.createElement("canvas");
+    canvas.width = Math.ceil(origin.width * scale);
+    canvas.height = Math.ceil(origin.height * scale);
+    const ctx = canvas.getContext("2d");
+    ctx.scale(scale, scale);
+    ctx.fillStyle = "white";
+    ctx.fillRect(0, 0, origin.width, origin.height);
+    const nr = parts.narration.getBoundingClientRect();
+    ctx.fillStyle = "#f4f6f8";
+    ctx.fillRect(nr.left - origin.left, nr.top - origin.top, nr.width, nr.height);
+    drawText(ctx, parts.status, origin);
+    drawText(ctx, parts.narration, origin);
+    for (const chip of parts.legend.children) {
+      const swatch = chip.querySelector(".minfer-swatch");
+      if (swatch) {
+        const s = swatch.getBoundingClientRect();
+        ctx.fillStyle = getComputedStyle(swatch).backgroundColor;
+        ctx.fillRect(s.left - origin.left, s.top - origin.top, s.width, s.height);
+      }
+      const label = chip.querySelector("span:not(.minfer-swatch)") || chip;
+      drawText(ctx, label, origin);
+    }
+    for (const el of Object.values(parts.plots)) {
+      const r = el.getBoundingClientRect();
+      if (!r.width || !el.data) continue;
+      const url = await Plotly.toImage(el, { format: "png", width: r.width, height: r.height, scale });
+      ctx.drawImage(await loadImage(url), r.left - origin.left, r.top - origin.top, r.width, r.height);
+    }
+    return canvas.toDataURL("image/png");
+  }
+
+  return { build, draw, resize, purge, png };
+})();
