@@ -189,6 +189,135 @@ MUTANTS = {
             if self.ref_counts[b] == 0:
                 self.free_queue[b] = None
         """, None),
+    # ---- E4.1: the scheduler's running loop -----------------------------------------------------------
+    "E4.1 leaves prompts under way unfinished": ("E4.1", "Scheduler._schedule_running", """
+            running, preempted_before = self.running, len(out.preempted)
+            i = 0
+            while i < len(running) and budget.tokens > 0:
+                req = running[i]
+                n = req.num_tokens - req.num_computed_tokens
+                decode = n == 1 and len(req.output_token_ids) > 0
+                if not decode:
+                    i += 1
+                    continue
+                if not self._make_room(req, n, out):
+                    break
+                table = self.pool.table(req.request_id)
+                out.chunks.append(ScheduledChunk(req, req.num_computed_tokens, n, decode, table))
+                self.policy.on_scheduled(req, n)
+                budget.spend(n, decode)
+                i += 1
+            return len(out.preempted) > preempted_before
+        """, "a prompt in chunks"),
+    "E4.1 gives a running prompt all the rest at once": ("E4.1", "Scheduler._schedule_running", """
+            running, preempted_before = self.running, len(out.preempted)
+            i = 0
+            while i < len(running) and budget.tokens > 0:
+                req = running[i]
+                n = req.num_tokens - req.num_computed_tokens
+                decode = n == 1 and len(req.output_token_ids) > 0
+                if not decode:
+                    if n <= 0:
+                        i += 1
+                        continue
+                if not self._make_room(req, n, out):
+                    break
+                table = self.pool.table(req.request_id)
+                out.chunks.append(ScheduledChunk(req, req.num_computed_tokens, n, decode, table))
+                self.policy.on_scheduled(req, n)
+                budget.spend(n, decode)
+                i += 1
+            return len(out.preempted) > preempted_before
+        """, "a prompt in chunks"),
+    "E4.1 takes a prompt's last token for a decode": ("E4.1", "Scheduler._schedule_running", """
+            running, preempted_before = self.running, len(out.preempted)
+            i = 0
+            while i < len(running) and budget.tokens > 0:
+                req = running[i]
+                n = req.num_tokens - req.num_computed_tokens
+                decode = n == 1
+                if not decode:
+                    n = budget.prefill_chunk(n)
+                    if n <= 0:
+                        i += 1
+                        continue
+                if not self._make_room(req, n, out):
+                    break
+                table = self.pool.table(req.request_id)
+                out.chunks.append(ScheduledChunk(req, req.num_computed_tokens, n, decode, table))
+                self.policy.on_scheduled(req, n)
+                budget.spend(n, decode)
+                i += 1
+            return len(out.preempted) > preempted_before
+        """, None),
+    "E4.1 does not spend the budget on decodes": ("E4.1", "Scheduler._schedule_running", """
+            running, preempted_before = self.running, len(out.preempted)
+            i = 0
+            while i < len(running) and budget.tokens > 0:
+                req = running[i]
+                n = req.num_tokens - req.num_computed_tokens
+                decode = n == 1 and len(req.output_token_ids) > 0
+                if not decode:
+                    n = budget.prefill_chunk(n)
+                    if n <= 0:
+                        i += 1
+                        continue
+                if not self._make_room(req, n, out):
+                    break
+                table = self.pool.table(req.request_id)
+                out.chunks.append(ScheduledChunk(req, req.num_computed_tokens, n, decode, table))
+                self.policy.on_scheduled(req, n)
+                if not decode:
+                    budget.spend(n, decode)
+                i += 1
+            return len(out.preempted) > preempted_before
+        """, "the token budget"),
+    # ---- E5.1: the chunk budget -----------------------------------------------------------------------------
+    "E5.1 a chunk ignores the token budget": ("E5.1", "StepBudget.prefill_chunk", """
+        return min(remaining, self.prompt) if self.chunks > 0 else 0
+        """, "prefill_chunk"),
+    "E5.1 a chunk ignores the chunk limit": ("E5.1", "StepBudget.prefill_chunk", """
+        return min(remaining, self.prompt, self.tokens)
+        """, "prefill_chunk"),
+    "E5.1 decodes spend the prompt budget": ("E5.1", "StepBudget.spend", """
+        self.tokens -= num_tokens
+        self.prompt -= num_tokens
+        if not decode:
+            self.chunks -= 1
+        """, "spend"),
+    "E5.1 a chunk is never counted": ("E5.1", "StepBudget.spend", """
+        self.tokens -= num_tokens
+        if not decode:
+            self.prompt -= num_tokens
+        """, "spend"),
+    # ---- E6.1: the preemption victim ------------------------------------------------------------------------
+    "E6.1 preempts the oldest request": ("E6.1", "Scheduler._make_room", """
+        while self.pool.try_append_slots(req.request_id, n) is None:
+            victim = self.running[0]
+            self._preempt(victim, out, "pool full")
+            if victim is req:
+                return False
+        return True
+        """, "most recently admitted"),
+    "E6.1 always preempts the request that needs the block": ("E6.1", "Scheduler._make_room", """
+        if self.pool.try_append_slots(req.request_id, n) is None:
+            self._preempt(req, out, "pool full")
+            return False
+        return True
+        """, None),
+    "E6.1 preempts once and gives up": ("E6.1", "Scheduler._make_room", """
+        if self.pool.try_append_slots(req.request_id, n) is not None:
+            return True
+        victim = self.running[-1]
+        self._preempt(victim, out, "pool full")
+        return victim is not req and self.pool.try_append_slots(req.request_id, n) is not None
+        """, None),
+    "E6.1 keeps preempting after the request itself went": ("E6.1", "Scheduler._make_room", """
+        while self.pool.try_append_slots(req.request_id, n) is None:
+            victim = self.running[-1]
+            self._preempt(victim, out, "pool full")
+        return True
+        """, None),
     # ---- E7.1: the online softmax -----------------------------------------------------------------------
     "E7.1 softmax without the running max": ("E7.1", "paged_attention_kernel", """
         for start in range(0, kv_end, BLOCK_N):
@@ -317,6 +446,18 @@ MUTANTS = {
         self.num_tokens[owner] = len(blocks) * self.block_size
         self.num_hashed[owner] = len(blocks)
         """, "refuses"),
+    "E8.1 looks up every full block, leaving nothing to compute": ("E8.1", "Scheduler._prefix_hits", """
+        if not self.config.enable_prefix_caching:
+            return []
+        req.block_hashes = chain_hashes(req.all_token_ids(), self.block_size, req.block_hashes)
+        return self.pool.lookup(req.block_hashes)
+        """, "the engine with prefix caching"),
+    "E8.1 looks up one block too few": ("E8.1", "Scheduler._prefix_hits", """
+        if not self.config.enable_prefix_caching:
+            return []
+        req.block_hashes = chain_hashes(req.all_token_ids(), self.block_size, req.block_hashes)
+        return self.pool.lookup(req.block_hashes[: (req.num_tokens - 1) // self.block_size - 1])
+        """, "the engine with prefix caching"),
     # ---- E9.1: shortest job first ---------------------------------------------------------------------------
     "E9.1 sizes a job by its prompt alone": ("E9.1", "ShortestJobFirstPolicy.order", """
         return (req.num_prompt_tokens, 0 if front else 1, req.arrival_time)

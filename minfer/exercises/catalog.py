@@ -78,13 +78,30 @@ EXERCISES: tuple[Exercise, ...] = (
        "after step 5 (step 1 is its prefill)?", "ch03:measure_blocks_after_step5"),
     _e("E3.3", 3, "What paging wastes", "choosing a block size",
        "Why not blocks of 1 token (no waste at all), or of 256? Name what each extreme costs."),
+    # 04 -- continuous batching
+    _b("E4.1", 4, "The scheduler", "the scheduler's running-request loop",
+       "Write Scheduler._schedule_running: every running request, in rank order, gets one decode token or its "
+       "next prompt chunk while the step has budget; grow its blocks (preempting if the pool is short) and "
+       "schedule it.", "ch04:check_running_loop", 45),
+    _p("E4.2", 4, "Run it", "forward passes",
+       "The 24 requests of chapter 02 run with continuous batching, 8 at a time. How many forward passes (steps) "
+       "will the engine take?", "ch04:measure_forward_passes"),
+    _e("E4.3", 4, "The scheduler", "running requests first",
+       "Why does the scheduler serve running requests before it admits waiting ones? What would go wrong the "
+       "other way round?"),
     # 05 -- chunked prefill
+    _b("E5.1", 5, "The budget in the scheduler", "the chunk budget",
+       "Write StepBudget.prefill_chunk and StepBudget.spend: how many prompt tokens a request may compute this "
+       "step, and what a decode or a chunk uses up of the step's three budgets.", "ch05:check_chunk_budget", 20),
     _p("E5.2", 5, "The experiment", "steps for a chunked prompt",
        "Four requests are decoding when a 1,536-token prompt arrives; chunked_prefill_size=256 and the default "
        "token budget. In how many steps is the long prompt computed?", "ch05:measure_chunked_steps"),
     _e("E5.3", 5, "The experiment", "choosing a chunk size",
        "What does a smaller chunk buy, and what does it cost? Which users feel each side?"),
     # 06 -- preemption
+    _b("E6.1", 6, "Preemption under memory pressure", "the preemption victim",
+       "Write Scheduler._make_room: grow a request's blocks, preempting the lowest-ranked running request until "
+       "the pool can; stop if the request itself was the victim.", "ch06:check_victim", 20),
     _p("E6.2", 6, "A burst into a small pool", "how many preemptions",
        "Chapter 06's eight chat requests (48 output tokens each) arrive at once in a pool of 16 blocks of 8 "
        "tokens. How many preemptions happen before all finish?", "ch06:measure_preemptions"),
@@ -105,8 +122,9 @@ EXERCISES: tuple[Exercise, ...] = (
        "running maximum?"),
     # 08 -- prefix caching
     _b("E8.1", 8, "3. Admission: look up, share, compute the rest", "prefix lookup and share",
-       "Write BlockPool.lookup (the cached blocks of the longest matching prefix) and BlockPool.share (start a "
-       "table with them: references, the free list, computed tokens).", "ch08:check_prefix_sharing", 30),
+       "Write Scheduler._prefix_hits (which of a request's block hashes to look up: never its last token), "
+       "BlockPool.lookup (the cached blocks of the longest matching prefix) and BlockPool.share (start a table "
+       "with them: references, the free list, computed tokens).", "ch08:check_prefix_sharing", 35),
     _p("E8.2", 8, "3. Admission: look up, share, compute the rest", "tokens served from the cache",
        "Six requests share a 200-token system prompt and add 30 tokens of their own (16-token blocks), admitted "
        "one per step. How many prompt tokens does the cache serve in all?", "ch08:measure_cached_tokens"),

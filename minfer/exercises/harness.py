@@ -42,7 +42,7 @@ class Tester:
         yield  # an exception propagates: the runner reports this case as the failing one
         self.passed.append(name)
 
-    def run(self, engine: Any, max_steps: int = 2000, before_step: Callable[[int], None] | None = None) -> dict:
+    def run(self, engine: Any, max_steps: int = 2000, before_step: Callable[[int], object] | None = None) -> dict:
         """Step ``engine`` until every request has finished, with ``check_invariants()`` after every step.
         Returns the final output of each request by id."""
         final: dict = {}
@@ -209,12 +209,13 @@ def stub_in(exc: BaseException) -> str | None:
 def package_frames(exc: BaseException, limit: int = 3) -> list[str]:
     """The innermost frames of ``exc``'s traceback that are engine code (not the checker's), as
     ``path:line in function: source``."""
-    chain, e = [], exc
+    chain: list[BaseException] = []
+    e: BaseException | None = exc
     while e is not None and e not in chain:  # the innermost cause first: where the error really arose
         chain.append(e)
         e = e.__cause__ or e.__context__
-    for e in reversed(chain):
-        if frames := _package_frames(e, limit):
+    for cause in reversed(chain):
+        if frames := _package_frames(cause, limit):
             return frames
     return []
 

@@ -107,7 +107,8 @@ def regions_in_text(text: str, path: Path, rel: str) -> list[Region]:
         raise RegionError(f"{rel}:{open_[2]}: BEGIN EXERCISE {open_[0]} is never closed")
     tree = ast.parse(text, filename=rel)
     owners: dict[str, str] = {}
-    found, count = [], {}
+    found: list[Region] = []
+    count: dict[tuple[str, str], int] = {}
     for ex, indent, begin, end in spans:
         holders = [(name, node) for name, node in units(tree) if unit_span(node)[0] < begin <= unit_span(node)[1]]
         if not holders:

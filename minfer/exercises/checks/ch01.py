@@ -96,7 +96,8 @@ def check_kv_cache(t: Tester) -> None:
         engine.add_request("r", prompt, SamplingParams(max_tokens=12, temperature=0, ignore_eos=True))
         want = engine.run()[0].outputs[0].token_ids
         cache = ContiguousKVCache(model.config, 1, 64)
-        got, new, start = [], prompt, 0
+        got: list[int] = []
+        new, start = prompt, 0
         with torch.inference_mode():
             while len(got) < 12:
                 pos = torch.arange(start, start + len(new))

@@ -19,8 +19,8 @@ def step(useful: int, padding: int = 0, idle: int = 0, bubbles: int = 0, slots: 
 def same(got: list[dict[str, int]], want: list[dict[str, int]], what: str) -> None:
     assert isinstance(got, list) and all(isinstance(s, dict) for s in got), "slot_accounting returns a list of dicts"
     assert len(got) == len(want), f"{what}: {len(got)} forward passes, expected {len(want)}"
-    for i, (g, w) in enumerate(zip(got, want)):
-        g = {k: g.get(k) for k in KEYS}
+    for i, (step, w) in enumerate(zip(got, want)):
+        g = {k: step.get(k) for k in KEYS}
         assert g == w, f"{what}, forward pass {i}: {g}, expected {w}"
 
 
@@ -69,11 +69,11 @@ def check_slot_accounting(t: Tester) -> None:
 
     with t.case("static_batching on the tiny model reports your accounting for the passes it ran",
                 hint="static_batching calls slot_accounting; its result.steps are yours"):
-        prompts = [[5 + i] * n for i, n in enumerate([12, 3, 30, 7, 19])]
-        outs = [6, 15, 2, 9, 11]
-        result = static_batching(tiny_model(), prompts, outs, batch_size=2)
-        same(result.steps, slot_accounting([len(p) for p in prompts], outs, 2), "static_batching's steps")
-        assert [len(o) for o in result.outputs] == outs
+        token_prompts = [[5 + i] * length for i, length in enumerate([12, 3, 30, 7, 19])]
+        answers = [6, 15, 2, 9, 11]
+        result = static_batching(tiny_model(), token_prompts, answers, batch_size=2)
+        same(result.steps, slot_accounting([len(p) for p in token_prompts], answers, 2), "static_batching's steps")
+        assert [len(o) for o in result.outputs] == answers
 
 
 def measure_decode_share() -> Measurement:

@@ -89,8 +89,8 @@ def check_block_pool(t: Tester) -> None:
                 hint="blocks needed = blocks_for(tokens held + new tokens) - blocks already in the table"):
         pool = BlockPool(8, 16)
         pool.allocate("a", 0)
-        taken = [i + 1 for i in range(40) if pool.try_append_slots("a", 1)]
-        assert taken == [1, 17, 33], f"new blocks at tokens {taken}, expected [1, 17, 33]"
+        new_at = [i + 1 for i in range(40) if pool.try_append_slots("a", 1)]
+        assert new_at == [1, 17, 33], f"new blocks at tokens {new_at}, expected [1, 17, 33]"
         assert pool.snapshot().num_tokens["a"] == 40 and len(pool.table("a")) == 3
         pool.check_invariants(owners=["a"])
 
@@ -185,12 +185,12 @@ def check_block_pool(t: Tester) -> None:
                 n = rng.randrange(0, 12)
                 free = pool.num_free_blocks
                 need = max(0, -(-(held.get(owner, 0) + n) // 4) - len(pool.snapshot().tables.get(owner, [])))
-                got = pool.try_append_slots(owner, n)
+                taken = pool.try_append_slots(owner, n)
                 if need > free:
-                    assert got is None, f"op {i}: {owner} grew by {n} tokens needing {need} blocks with {free} free"
+                    assert taken is None, f"op {i}: {owner} grew by {n} tokens needing {need} blocks with {free} free"
                 else:
-                    assert got is not None and len(got) == need, (
-                        f"op {i}: {owner} growing by {n} tokens needs {need} new blocks ({free} free), got {got}")
+                    assert taken is not None and len(taken) == need, (
+                        f"op {i}: {owner} growing by {n} tokens needs {need} new blocks ({free} free), got {taken}")
                     held[owner] = held.get(owner, 0) + n
             elif held:
                 owner = rng.choice(sorted(held))

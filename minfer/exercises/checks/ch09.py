@@ -46,7 +46,8 @@ def check_sjf(t: Tester) -> None:
         assert len(pol) == 4
         order = [r.request_id for r in pol]
         assert order == ["short", "short2", "mid", "long"], f"admission order {order}"
-        assert pol.peek().request_id == "short" and pol.pop().request_id == "short"
+        head = pol.peek()
+        assert head is not None and head.request_id == "short" and pol.pop().request_id == "short"
         assert [r.request_id for r in pol] == ["short2", "mid", "long"]
 
     with t.case("a preempted request goes back ahead of waiting requests of the same size",
@@ -91,7 +92,8 @@ def check_sjf(t: Tester) -> None:
         submit(engine, chat_workload())
         t.run(engine, max_steps=100_000)
         s = summarize(engine.finished, slo=SLO(e2e=E2E_SLO))
-        assert s.goodput >= GOODPUT_GAIN * baseline.goodput, (
-            f"goodput {s.goodput:.2f} requests/s ({s.slo_attainment:.0%} of requests within {E2E_SLO:.0f} s) against "
-            f"{baseline.goodput:.2f} for first come, first served: {s.goodput / baseline.goodput:.2f}x, the target "
+        good, fcfs_good, share = s.goodput or 0.0, baseline.goodput or 0.0, s.slo_attainment or 0.0
+        assert good >= GOODPUT_GAIN * fcfs_good, (
+            f"goodput {good:.2f} requests/s ({share:.0%} of requests within {E2E_SLO:.0f} s) against "
+            f"{fcfs_good:.2f} for first come, first served: {good / max(fcfs_good, 1e-9):.2f}x, the target "
             f"is {GOODPUT_GAIN:g}x")

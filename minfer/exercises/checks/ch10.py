@@ -6,9 +6,10 @@ from minfer.exercises.checks.common import sim_engine
 from minfer.exercises.harness import Measurement, Tester
 from minfer.metrics import SLO, summarize
 from minfer.request import Request, SamplingParams
+from minfer.types import FinishReason
 
 
-def finished(reason: str | None, ttft: float | None = 0.5, gaps: tuple[float, ...] = (0.05, 0.05),
+def finished(reason: FinishReason | None, ttft: float | None = 0.5, gaps: tuple[float, ...] = (0.05, 0.05),
              e2e: float | None = 1.0) -> Request:
     """A request that arrived at t=10, got its first token ``ttft`` later, then one token per gap."""
     req = Request("r", [1, 2, 3], SamplingParams(max_tokens=8), arrival_time=10.0)
@@ -61,7 +62,7 @@ def check_slo(t: Tester) -> None:
         for i, r in enumerate(reqs):
             r.request_id = f"r{i}"
         s = summarize(reqs, slo=SLO(ttft=1.0, tpot=0.1), duration=10.0)
-        assert abs(s.goodput - 0.2) < 1e-9 and abs(s.slo_attainment - 0.4) < 1e-9, (
+        assert abs((s.goodput or 0) - 0.2) < 1e-9 and abs((s.slo_attainment or 0) - 0.4) < 1e-9, (
             f"goodput {s.goodput} req/s and attainment {s.slo_attainment}: expected 0.2 (2 good in 10 s) and 0.4")
 
 
