@@ -10,7 +10,8 @@ runs) in a temporary folder, with this environment's Python (the package importe
 * ``reveal`` writes the reference back and the check passes; a wrong edit of the file fails it again;
 * the copy's test suite passes, except tests that reach an unwritten exercise, which are skipped with its
   name; a test skipped for another reason (no GPU) is skipped for that same reason in the repository;
-* a chapter runs to the end for a student who has written nothing (the reference stands in, saying so).
+* a chapter runs to the end for a student who has written nothing (the reference stands in, saying so);
+* ``grade`` over two students' copies prints one row each, with what each has passed, failed or not started.
 
 Bounded for CI: the copy's test suite runs without ``tests/test_exercises*.py`` (they test the repository's
 exercises; the mutants swap whole regions and so run the same in both copies) and without the ``browser`` test
@@ -20,7 +21,9 @@ chapter runs under nbval, not all twelve.
 
 from __future__ import annotations
 
+import csv
 import json
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -149,3 +152,21 @@ def test_reveal_and_file_edits_reach_the_check(student):
         assert "E3.1" in status and "written" in status and "not started" in status
     finally:
         path.write_text(stubbed)
+
+
+def test_grading_a_class_prints_one_row_per_student(student, tmp_path):
+    """Runs after the reveal test: ``student`` is the pristine build again."""
+    alice, bob = tmp_path / "alice", tmp_path / "bob"
+    shutil.copytree(student, alice)
+    shutil.copytree(student, bob)
+    assert python(bob, "-m", "minfer.exercises", "reveal", "E3.1").returncode == 0
+    path = bob / "minfer/metrics.py"
+    wrong = {("E10.1", "SLO.met_by", 0): "        return req.finish_reason is not None\n"}
+    path.write_text(replace_bodies(path.read_text(), path, "minfer/metrics.py", wrong))
+    run = python(ROOT, "-m", "minfer.exercises", "grade", str(alice), str(bob), "--csv", str(tmp_path / "g.csv"))
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = {r["student"]: r for r in csv.DictReader(open(tmp_path / "g.csv"))}
+    assert set(rows) == {"alice", "bob"}
+    assert all(rows["alice"][ex] == "todo" for ex in BUILD) and rows["alice"]["score"] == "0"
+    assert rows["bob"]["E3.1"] == "pass" and rows["bob"]["E10.1"] == "FAIL" and rows["bob"]["score"] == "1"
+    assert "alice" in run.stdout and "bob" in run.stdout and "1/" in run.stdout

@@ -143,8 +143,8 @@ EXERCISES: tuple[Exercise, ...] = (
        "Write SLO.met_by: a request counts toward goodput only if it was served and met every target given.",
        "ch10:check_slo", 15),
     _p("E10.2", 10, "2. A roofline per step", "a decode step on an H100",
-       "How many milliseconds does one decode step of Llama-3-8B (bfloat16) at batch 1 take on a simulated "
-       "H100-SXM, context 512?", "ch10:measure_h100_decode"),
+       "How many milliseconds does one decode step of Llama-3-8B (bfloat16) at batch 1, with 1,024 tokens of "
+       "context, take on a simulated H100-SXM?", "ch10:measure_h100_decode"),
     _e("E10.3", 10, "1. What a serving benchmark measures", "goodput versus throughput",
        "A change doubles throughput and halves goodput. How? Which would you report to a customer?"),
 )

@@ -17,9 +17,11 @@ def tiny_model() -> Any:
 
 
 def tiny_engine(**config: Any) -> LLMEngine:
-    """An engine on the 2-layer random model (vocabulary 320): seconds for a whole run."""
+    """An engine on the 2-layer random model (vocabulary 320): seconds for a whole run. The PyTorch reference
+    attention unless asked otherwise: it needs no compiler, so every check runs the same everywhere."""
     from minfer.model.tokenizer import ByteTokenizer
 
+    config = {"attention_backend": "torch", **config}
     return LLMEngine(EngineConfig(model="tiny-random", **config), model=tiny_model(), tokenizer=ByteTokenizer())
 
 
