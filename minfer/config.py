@@ -72,6 +72,10 @@ class EngineConfig:
 
     record_trace: bool = True  # keep a StepTrace per step (turn off for very long simulations)
     debug_checks: bool = False  # check scheduler and pool invariants after every step (tests, notebooks)
+    # bounded memory for a long-running engine (a server): keep only the most recent finished requests
+    # (engine.finished) and steps (engine.trace); None keeps everything, as offline runs and chapters need
+    finished_window: int | None = None
+    trace_window: int | None = None
 
     def __post_init__(self) -> None:
         check.one_of("policy", self.policy, POLICIES)
@@ -99,6 +103,9 @@ class EngineConfig:
                 check.integer(name, getattr(self, name), 1)
         if self.max_waiting is not None:
             check.integer("max_waiting", self.max_waiting, 0)
+        for name in ("finished_window", "trace_window"):
+            if getattr(self, name) is not None:
+                check.integer(name, getattr(self, name), 0)
         for name in ("max_queue_time", "ttft_slo"):
             if getattr(self, name) is not None:
                 check.real(name, getattr(self, name), 0.0)

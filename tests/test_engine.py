@@ -338,3 +338,13 @@ def test_random_workloads_give_each_request_its_solo_tokens(tiny, reqs, block_si
             assert final[rid].outputs[0].finish_reason == "abort" and got == want[: len(got)]
         else:
             assert got == want, rid
+
+
+def test_llm_uses_offline_defaults_that_keywords_override():
+    from minfer.engine import OFFLINE_DEFAULTS
+
+    llm = LLM("tiny-random", num_blocks=32)
+    assert llm.engine.config.max_prefill_chunks_per_step == OFFLINE_DEFAULTS["max_prefill_chunks_per_step"] > 1
+    one = LLM("tiny-random", num_blocks=32, max_prefill_chunks_per_step=1)
+    assert one.engine.config.max_prefill_chunks_per_step == 1
+    assert EngineConfig().max_prefill_chunks_per_step == 1  # the step-level engine keeps its latency default

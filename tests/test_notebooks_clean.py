@@ -4,6 +4,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import torch
 
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 
@@ -20,3 +21,15 @@ def test_notebook_is_clean(path):
     for cell in nb.cells:
         for out in cell.get("outputs", []):
             assert "application/vnd.jupyter.widget-state+json" not in out.get("data", {})
+
+
+def test_the_course_device_follows_minfer_device(monkeypatch):
+    from minfer.notebook import course_device
+
+    monkeypatch.setenv("MINFER_DEVICE", "cpu")
+    assert course_device() == "cpu"
+    monkeypatch.delenv("MINFER_DEVICE")
+    assert course_device() == ("cuda" if torch.cuda.is_available() else "cpu")
+    monkeypatch.setenv("MINFER_DEVICE", "gpu")
+    with pytest.raises(ValueError, match="MINFER_DEVICE"):
+        course_device()

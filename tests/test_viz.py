@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import tiny_engine as engine_with_checks
 from minfer import EngineConfig, LLMEngine, SamplingParams
 from minfer.kv.block_pool import BlockPool
 from minfer.trace import load_trace, save_trace
@@ -30,10 +31,12 @@ from minfer.viz import (
 from minfer.viz.blocks import CELL
 from minfer.viz.style import BLOCK_RIM, CACHED_RIM
 
+SMALL = dict(block_size=4, num_blocks=16, max_num_seqs=4, chunked_prefill_size=8)  # pressure comes quickly
+
 
 def tiny_engine(tiny, **kw) -> LLMEngine:
-    cfg = dict(model="tiny-random", block_size=4, num_blocks=16, max_num_seqs=4, chunked_prefill_size=8)
-    return LLMEngine(EngineConfig(**(cfg | kw)), model=tiny[0], tokenizer=tiny[1])
+    """conftest's tiny engine (invariants checked after every step) with a small pool."""
+    return engine_with_checks(tiny, **(SMALL | kw))
 
 
 def add_requests(engine: LLMEngine, n: int = 6, arrival_gap: float = 0.0) -> None:
@@ -189,6 +192,14 @@ def test_recorder_snapshots_match_the_trace(pressured):
     for t, snap in zip(rec.trace, rec.snapshots):
         assert {o: len(tb) for o, tb in snap.tables.items()} == t.blocks, f"step {t.step}"
         assert snap.num_free == t.num_free_blocks
+
+
+def test_recorder_keeps_every_request_of_an_engine_that_keeps_few(tiny):
+    """A serving engine keeps only its latest finished requests; the recording still has every one."""
+    engine = tiny_engine(tiny, finished_window=1)
+    add_requests(engine)
+    rec = record(engine)
+    assert len(engine.finished) == 1 and set(rec.metrics) == {f"r{i}" for i in range(6)}
 
 
 # ---- queues, memory, latency ---------------------------------------------------------------------

@@ -35,8 +35,8 @@ class RMSNorm(nn.Module):
 
 class Linear(nn.Module):
     """``y = x @ W (+ b)`` with ``W`` stored ``[in, out]``, transposed from ``nn.Linear``'s ``[out, in]``.
-    On the CPU, MKL multiplies this layout up to twice as fast for the short, wide activations of
-    inference (measured in chapter 01); on a GPU the two layouts run the same."""
+    Which layout a CPU's BLAS multiplies faster depends on the CPU and the library; chapter 01 measures both
+    on your machine. The results are the same up to rounding either way."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
         super().__init__()

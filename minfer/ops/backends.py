@@ -12,6 +12,7 @@ on random mixed steps and through the engine.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import shutil
@@ -22,14 +23,14 @@ import torch
 from minfer.ops.attention import AttentionBackend, AttentionOps
 
 BACKENDS: dict[str, AttentionBackend] = {b.name: b for b in (
+    AttentionBackend(  # "auto" on the CPU where it builds (cpp_paged_attention.available); else the reference
+        "cpp", "minfer.ops.paged_attention:store_kv", "minfer.ops.cpp_paged_attention:cpp_paged_attention",
+        devices=("cpu",), auto_on=("cpu",), needs_compiler=True, prepare="minfer.ops.cpp_paged_attention:kernel",
+        summary="a compiled CPU kernel for decodes that reads K/V in place (prefill chunks: the reference)"),
     AttentionBackend(
         "torch", "minfer.ops.paged_attention:store_kv", "minfer.ops.paged_attention:paged_attention",
         devices=("cpu", "cuda"), auto_on=("cpu",),
         summary="the PyTorch reference: gathers each request's K/V out of its blocks, then SDPA"),
-    AttentionBackend(
-        "cpp", "minfer.ops.paged_attention:store_kv", "minfer.ops.cpp_paged_attention:cpp_paged_attention",
-        devices=("cpu",), needs_compiler=True, prepare="minfer.ops.cpp_paged_attention:kernel",
-        summary="a compiled CPU kernel for decodes that reads K/V in place (prefill chunks: the reference)"),
     AttentionBackend(
         "triton", "minfer.ops.triton_store_kv:triton_store_kv",
         "minfer.ops.triton_paged_attention:triton_paged_attention",
@@ -40,12 +41,16 @@ BACKENDS: dict[str, AttentionBackend] = {b.name: b for b in (
 
 def resolve_backend(name: str, device: torch.device | str) -> AttentionBackend:
     """The record for ``name``; ``"auto"``: the first backend in ``BACKENDS`` that lists the device in
-    ``auto_on`` and is available here."""
+    ``auto_on`` and is ready here. One that is not (no compiler, a failed build) is skipped with a one-line
+    notice, once per process: the course runs either way, only slower."""
     kind = torch.device(device).type
     if name == "auto":
         for backend in BACKENDS.values():
-            if kind in backend.auto_on and available(backend, kind):
+            if kind in backend.auto_on and (problem := unready(backend.name, kind)) is None:
                 return backend
+            if kind in backend.auto_on:
+                print(f"minfer: attention_backend='auto' skips {backend.name!r} on the {kind} ({problem}); "
+                      "the next backend runs the same attention", file=sys.stderr)
         raise ValueError(f"no attention backend is registered for attention_backend='auto' on {kind!r}")
     if name not in BACKENDS:
         raise ValueError(f"attention_backend must be 'auto' or one of {tuple(BACKENDS)}, got {name!r}")
@@ -55,6 +60,24 @@ def resolve_backend(name: str, device: torch.device | str) -> AttentionBackend:
 def available(backend: AttentionBackend, device: torch.device | str) -> bool:
     """Can ``backend`` run on ``device`` here (with a compiler, if it needs one)?"""
     return torch.device(device).type in backend.devices and (not backend.needs_compiler or have_compiler())
+
+
+@functools.cache
+def unready(name: str, device_type: str) -> str | None:
+    """Why backend ``name`` cannot run on ``device_type`` here, or None when it can: it runs there, has its
+    compiler if it needs one, and its ``prepare`` step (compiling a kernel: once per machine) succeeds.
+    Asked once per process."""
+    backend = BACKENDS[name]
+    if device_type not in backend.devices:
+        return f"it runs on {backend.devices}"
+    if backend.needs_compiler and not have_compiler():
+        return "no C++ compiler found: install g++ or set CXX"
+    if backend.prepare is not None:
+        try:
+            _resolve(backend.prepare)()
+        except RuntimeError as e:
+            return str(e)
+    return None
 
 
 def load_backend(backend: AttentionBackend, device: torch.device | str) -> AttentionOps:

@@ -10,12 +10,14 @@ attention is a matrix product that SDPA's blocked kernel does well; the copy is 
 
 The kernel is compiled by PyTorch's C++ extension loader on first use (about 30 s; it needs a C++
 compiler, and OpenMP to use every core) and kept under minfer's cache folder, so later processes
-load it in well under a second.
+load it in well under a second. It is the CPU's default (``attention_backend="auto"``) wherever it builds;
+``available()`` says whether it does.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import platform
 import sys
@@ -54,7 +56,10 @@ def kernel():
     if not have_compiler():
         raise RuntimeError("attention_backend='cpp' compiles a C++ kernel, but no C++ compiler was found "
                            "(install g++ or clang, or set CXX); attention_backend='torch' needs none")
-    build = cache_root() / "extensions" / f"torch-{torch.__version__}"
+    # one folder per PyTorch installation: two environments with the same torch version compile against different
+    # header paths, and sharing a folder would make each rebuild (and overwrite) the other's module
+    where = hashlib.sha1(str(Path(torch.__file__).resolve().parent).encode()).hexdigest()[:8]
+    build = cache_root() / "extensions" / f"torch-{torch.__version__}-{where}"
     build.mkdir(parents=True, exist_ok=True)
     if not any(build.glob(f"{NAME}*.so")) and not any(build.glob(f"{NAME}*.pyd")):
         print(f"minfer: compiling the CPU paged-attention kernel into {build} (once, about 30 s)", file=sys.stderr)

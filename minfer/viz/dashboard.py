@@ -65,9 +65,10 @@ class Knobs:
     device: str = "cpu"  # the real model's device ("cuda": the dashboard shows GPU memory beside the pool)
 
     def engine_config(self, model: str, sim_model: str, hardware: str) -> EngineConfig:
-        common = dict(num_blocks=self.num_blocks, block_size=self.block_size, max_num_seqs=self.max_num_seqs,
-                      chunked_prefill_size=self.chunked_prefill_size, policy=self.policy,
-                      enable_prefix_caching=self.enable_prefix_caching, seed=self.seed)
+        common: dict[str, Any] = dict(
+            num_blocks=self.num_blocks, block_size=self.block_size, max_num_seqs=self.max_num_seqs,
+            chunked_prefill_size=self.chunked_prefill_size, policy=self.policy,
+            enable_prefix_caching=self.enable_prefix_caching, seed=self.seed)
         if self.backend == "sim":
             return EngineConfig(model=sim_model, executor="sim", hardware=hardware, **common)
         if self.backend != "model":
@@ -95,7 +96,7 @@ def gpu_memory_text(engine: LLMEngine | None) -> str:
 
     dev, gib = engine.config.device, 2**30
     total = torch.cuda.get_device_properties(dev).total_memory
-    kv = engine.kv_cache.nbytes
+    kv = engine.kv_cache.nbytes if engine.kv_cache is not None else 0
     return (f"<b>GPU memory</b> ({html.escape(torch.cuda.get_device_name(dev))}): "
             f"{torch.cuda.memory_allocated(dev) / gib:.2f} GiB allocated, "
             f"{torch.cuda.memory_reserved(dev) / gib:.2f} GiB reserved of {total / gib:.1f} GiB; "
@@ -237,7 +238,8 @@ class Dashboard:
         """Run (live) or play (replay) from a notebook cell -- ``await dash.play()`` -- at the chosen
         steps/s, until the end, ``max_steps`` steps, or Pause; returns the recording."""
         self.start(max_steps)
-        await self._task
+        if self._task is not None:
+            await self._task
         return self.recording
 
     def start(self, max_steps: int | None = None) -> None:

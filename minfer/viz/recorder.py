@@ -45,8 +45,8 @@ class Recording:
     def snapshot_at(self, index: int) -> tuple[int, PoolSnapshot] | None:
         """The pool at step ``index``, or the latest kept before it (its index says which): None if none."""
         for i in range(min(index, len(self.snapshots) - 1), -1, -1):
-            if self.snapshots[i] is not None:
-                return i, self.snapshots[i]
+            if (snap := self.snapshots[i]) is not None:
+                return i, snap
         return None
 
     def save(self, path: str | Path) -> None:
@@ -104,7 +104,6 @@ class Recorder:
         self.engine = engine
         self.keep_snapshots = keep_snapshots
         self.recording = Recording()
-        self._num_finished = len(engine.finished)  # requests of engine.finished already in the recording
 
     def step(self) -> list[RequestOutput]:
         engine, rec = self.engine, self.recording
@@ -114,9 +113,9 @@ class Recorder:
             rec.snapshots[-1] = None
         rec.snapshots.append(engine.block_pool.snapshot())
         rec.gpu_memory.append(gpu_memory_allocated(engine))
-        for req in engine.finished[self._num_finished:]:
-            rec.metrics[req.request_id] = req.metrics
-        self._num_finished = len(engine.finished)
+        for out in outputs:  # the step's own outputs: an engine may keep only its latest finished requests
+            if out.finished:
+                rec.metrics[out.request_id] = out.metrics
         return outputs
 
     def sync_metrics(self) -> None:

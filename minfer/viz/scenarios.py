@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from minfer.workload import WorkItem, bursts, fixed_mix, long_prompt_spike, poisson, scale_time, shared_prefix
 
-SHORT = dict(prompt_median=32, output_median=16, max_prompt=96, max_output=40)
+SHORT: dict[str, Any] = dict(prompt_median=32, output_median=16, max_prompt=96, max_output=40)
 
 
 def _mixed_chat(seed: int) -> list[WorkItem]:

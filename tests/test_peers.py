@@ -1,0 +1,59 @@
+"""Peer engines in the benchmark: registered only when installed, offline workloads only, honest accounting.
+
+The runs themselves need vLLM or llama-cpp-python (``make bench-peers``); those tests skip without them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+import minfer.peers as peers
+from minfer.bench import DESCRIPTIONS, RUNNERS
+from minfer.workload import WorkItem, uniform_mix
+
+NAMES = ["vLLM CPU backend, eager", "vLLM CPU backend, compiled", "llama.cpp (shipped Q4_1 GGUF)"]
+
+
+def test_peers_are_systems_only_when_their_package_imports(monkeypatch):
+    here = set(peers.systems())
+    assert {name for name in NAMES if name in RUNNERS} == here, "the benchmark lists the peers installed here"
+    assert here <= set(DESCRIPTIONS)
+    monkeypatch.setattr(peers, "installed", lambda module: False)
+    assert peers.systems() == {}
+    monkeypatch.setattr(peers, "installed", lambda module: module == "llama_cpp")
+    assert list(peers.systems()) == [NAMES[2]]
+    monkeypatch.setattr(peers, "installed", lambda module: True)
+    assert list(peers.systems()) == NAMES
+
+
+def test_descriptions_name_the_weights_and_versions():
+    weights = peers.llama_cpp_config()["weights"]
+    assert weights["bytes_per_weight"]["Q4_1"] == 20 / 32  # 32 4-bit codes, a 16-bit scale and a 16-bit minimum
+    assert weights["weights_per_type"]["Q4_1"] > 0.7 * sum(weights["weights_per_type"].values())  # the layers
+    assert 0.6 < weights["overall_bytes_per_weight"] < 1  # against float32's 4
+    assert set(peers.vllm_config(eager=True)) >= {"version", "enforce_eager", "dtype", "kv_cache_gib"}
+
+
+def test_peers_refuse_arrival_times():
+    with pytest.raises(ValueError, match="arrive at time 0"):
+        peers.offline([WorkItem(0.0, 4, 4), WorkItem(1.5, 4, 4)])
+    peers.offline(uniform_mix(4))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python is not installed")
+def test_llama_cpp_generates_every_token():
+    work = uniform_mix(3, (8, 40), (2, 12), seed=1)
+    tokens, seconds = peers.run_llama_cpp(work)
+    assert tokens == sum(w.output_len for w in work) and seconds > 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
+def test_vllm_generates_every_token_in_its_own_process():
+    work = uniform_mix(2, (8, 40), (2, 12), seed=1)
+    tokens, seconds = peers.run_vllm(work, eager=True)
+    assert tokens == sum(w.output_len for w in work) and seconds > 0
+    assert peers.vllm_config(eager=True)["threads"] >= 1
