@@ -1,6 +1,10 @@
 # minfer: two commands do everything on a fresh machine.
 #   make lab    create .venv, install, open the course in JupyterLab
 #   make test   create .venv if needed, install, run pytest and every notebook under nbval
+# The course as exercises (README, "Taking the course"; docs/instructor.md):
+#   make student                 write build/student/: the repository with every exercise to write
+#   make check EX=E3.1           check one exercise (without EX: every build exercise)
+#   make grade SUBMISSIONS="..." every build check on each student's copy, one table
 SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV   := .venv
@@ -10,7 +14,7 @@ STAMP  := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: setup lab test test-unit test-notebooks notebooks bench bench-peers lint clean
+.PHONY: setup lab test test-unit test-notebooks notebooks bench bench-peers lint clean student check grade
 
 setup: $(STAMP)
 
@@ -34,6 +38,16 @@ test: setup
 # re-execute every chapter in place (after a package change their stored outputs are stale) and clean them
 notebooks: setup
 	$(BIN)/python scripts/run_notebooks.py
+
+student: setup
+	$(BIN)/python -m minfer.exercises student build/student
+
+check: setup
+	$(BIN)/python -m minfer.exercises check $(if $(EX),$(EX),--all)
+
+grade: setup
+	@test -n "$(SUBMISSIONS)" || { echo 'usage: make grade SUBMISSIONS="path/to/copies/*" [CSV=grades.csv]'; exit 2; }
+	$(BIN)/python -m minfer.exercises grade $(SUBMISSIONS) $(if $(CSV),--csv $(CSV))
 
 bench: setup
 	$(BIN)/python -m minfer.bench

@@ -43,16 +43,42 @@ def _batches(n: int, size: int) -> list[range]:
     return [range(i, min(i + size, n)) for i in range(0, n, size)]
 
 
+def slot_accounting(prompt_lens: Sequence[int], output_lens: Sequence[int],
+                    batch_size: int) -> list[dict[str, int]]:
+    """How static batching spends its ``batch_size`` row-slots in each forward pass -- fixed by the lengths alone.
+
+    Each batch of ``b`` requests runs one prefill pass over its prompts, padded to the longest (``width``), which
+    samples every row's first token; then decode passes until its longest answer is complete. Per pass:
+
+    * ``useful``: prompt tokens (the prefill), or rows whose answer still wants a token (a decode);
+    * ``padding``: the prefill's padded positions, ``b * width`` minus the prompt tokens;
+    * ``bubbles``: decode rows whose answer is already complete, computing nothing anyone reads;
+    * ``idle_slots``: slots a last, smaller batch leaves empty.
+    """
+    # BEGIN EXERCISE E2.1
+    steps = []
+    for batch in _batches(len(prompt_lens), batch_size):
+        lens, outs = [prompt_lens[i] for i in batch], [output_lens[i] for i in batch]
+        b, idle = len(batch), batch_size - len(batch)
+        steps.append({"batch_slots": batch_size, "useful": sum(lens), "padding": b * max(lens) - sum(lens),
+                      "idle_slots": idle, "bubbles": 0})
+        for t in range(1, max(outs)):  # decode pass t computes token t + 1 of every answer
+            live = sum(t < n for n in outs)
+            steps.append({"batch_slots": batch_size, "useful": live, "padding": 0, "idle_slots": idle,
+                          "bubbles": b - live})
+    return steps
+    # END EXERCISE
+
+
 @torch.inference_mode()
 def static_batching(model: LlamaModel, prompts: Sequence[Sequence[int]], max_tokens: Sequence[int],
                     batch_size: int = 16) -> BaselineResult:
-    """Greedy request-level batching with padding; ``steps`` records, per forward pass, how many slots
-    computed useful tokens, padding, or finished rows (bubbles)."""
+    """Greedy request-level batching with padding; ``steps`` says, per forward pass, how many slots computed
+    useful tokens, padding, or finished rows (bubbles): ``slot_accounting``."""
     dev = model.device
     longest = max(map(len, prompts)) + max(max_tokens)  # finished rows keep decoding to the end
     cache = ContiguousKVCache(model.config, batch_size, longest, model.dtype, dev)
     outputs: list[list[int]] = [[] for _ in prompts]
-    steps: list[dict[str, int]] = []
     start = time.perf_counter()
     for batch in _batches(len(prompts), batch_size):
         rows = list(batch)
@@ -67,9 +93,6 @@ def static_batching(model: LlamaModel, prompts: Sequence[Sequence[int]], max_tok
         hidden = model(ids.flatten(), positions.flatten(), cache.attention(slots, positions))
         last = hidden.view(b, width, -1)[torch.arange(b, device=dev), lens - 1]
         token = model.compute_logits(last).argmax(-1)
-        useful = int(lens.sum())
-        steps.append({"batch_slots": batch_size, "useful": useful, "padding": b * width - useful,
-                      "idle_slots": batch_size - b, "bubbles": 0})
         budget = [max_tokens[i] for i in rows]
         pos = lens.clone()
         for r, i in enumerate(rows):
@@ -81,9 +104,8 @@ def static_batching(model: LlamaModel, prompts: Sequence[Sequence[int]], max_tok
             live = [r for r in range(b) if t < budget[r]]
             for r in live:
                 outputs[rows[r]].append(int(token[r]))
-            steps.append({"batch_slots": batch_size, "useful": len(live), "padding": 0,
-                          "idle_slots": batch_size - b, "bubbles": b - len(live)})
     seconds = time.perf_counter() - start
+    steps = slot_accounting([len(p) for p in prompts], max_tokens, batch_size)
     return BaselineResult("minfer static batching", sum(max_tokens), seconds, outputs, steps)
 
 

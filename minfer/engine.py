@@ -69,6 +69,19 @@ def _keep_last(items: list, n: int | None) -> None:
         del items[: len(items) - n]
 
 
+def unwritten(error: BaseException) -> bool:
+    """Did ``error`` come from a ``NotImplementedError`` -- code not written yet, such as an exercise's stub (a
+    Triton kernel's arrives wrapped in the interpreter's error)? That fails every step, not one request."""
+    e: BaseException | None = error
+    for _ in range(20):  # a chain of causes, never a long one
+        if e is None:
+            return False
+        if isinstance(e, NotImplementedError):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
 class LLMEngine:
     """The step-level engine. Build it from an ``EngineConfig`` (or keyword arguments of one)::
 
@@ -223,6 +236,8 @@ class LLMEngine:
         except Exception as first:
             if not out.chunks:  # only block copies failed: no request to blame, the engine's state is unsure
                 raise
+            if unwritten(first):
+                raise  # code not written yet (an exercise's stub): no request is to blame
             if len(out.chunks) == 1:  # nothing to halve: it is this request's step
                 req = out.chunks.pop().request
                 return ModelOutput(), {req: self._failure(req, first)}

@@ -56,6 +56,7 @@ class SLO:
     e2e: float | None = None
 
     def met_by(self, req: Request) -> bool:
+        # BEGIN EXERCISE E10.1
         m = req.metrics
         if req.finish_reason not in ("stop", "length"):
             return False
@@ -64,6 +65,7 @@ class SLO:
         if self.tpot is not None and m.tpot is not None and m.tpot > self.tpot:
             return False
         return not (self.e2e is not None and (m.e2e is None or m.e2e > self.e2e))
+        # END EXERCISE
 
 
 @dataclass(slots=True)

@@ -108,15 +108,20 @@ class BlockPool:
 
     def blocks_for(self, num_tokens: int) -> int:
         """Blocks that hold ``num_tokens`` tokens: the ceiling of ``num_tokens / block_size``."""
+        # BEGIN EXERCISE E3.1
         return ceil_div(num_tokens, self.block_size)
+        # END EXERCISE
 
     def blocks_needed(self, owner: str, num_new_tokens: int) -> int:
         """New blocks ``owner`` must take to hold ``num_new_tokens`` more tokens."""
+        # BEGIN EXERCISE E3.1
         need = self.blocks_for(self.num_tokens.get(owner, 0) + num_new_tokens) - len(self.tables.get(owner, ()))
         return need if need > 0 else 0  # a table may hold more than it fills (admission="reserve")
+        # END EXERCISE
 
     def allocate(self, owner: str, n: int) -> list[int]:
         """Append ``n`` fresh blocks to ``owner``'s table (empty: they hold no tokens yet)."""
+        # BEGIN EXERCISE E3.1
         if n < 0:
             raise BlockPoolError(f"cannot allocate a negative number of blocks ({n})")
         if n > len(self.free_queue):
@@ -126,17 +131,20 @@ class BlockPool:
         self.num_tokens.setdefault(owner, 0)
         self.num_hashed.setdefault(owner, 0)
         return blocks
+        # END EXERCISE
 
     def try_append_slots(self, owner: str, num_new_tokens: int = 1) -> list[int] | None:
         """Grow ``owner`` by ``num_new_tokens`` token slots, taking a block only when the last is full.
         Returns the blocks taken (usually none: 15 of 16 decode steps fit in the last block), or ``None``,
         changing nothing, if the pool has too few free blocks."""
+        # BEGIN EXERCISE E3.1
         need = self.blocks_needed(owner, num_new_tokens)
         if need > len(self.free_queue):
             return None
         blocks = self.allocate(owner, need)  # a new owner gets its table here, even with need == 0
         self.num_tokens[owner] += num_new_tokens
         return blocks
+        # END EXERCISE
 
     def append_slots(self, owner: str, num_new_tokens: int = 1) -> list[int]:
         """``try_append_slots``, raising ``BlockPoolError`` (and changing nothing) if the pool is short."""
@@ -153,6 +161,7 @@ class BlockPool:
     def free(self, owner: str) -> None:
         """Give back every block of ``owner``. The tail goes to the free list first, so that when cached
         blocks are evicted, a prompt's last blocks go before its first (which more requests share)."""
+        # BEGIN EXERCISE E3.1
         if owner not in self.tables:
             raise BlockPoolError(f"{owner!r} owns no blocks (never allocated, or already freed)")
         for b in reversed(self.tables.pop(owner)):
@@ -160,6 +169,7 @@ class BlockPool:
             if self.ref_counts[b] == 0:
                 self.free_queue[b] = None
         del self.num_tokens[owner], self.num_hashed[owner]
+        # END EXERCISE
 
     def table(self, owner: str) -> list[int]:
         return self.tables[owner]
@@ -177,6 +187,7 @@ class BlockPool:
     # ---- prefix caching --------------------------------------------------------------------------
     def lookup(self, hashes: Sequence[int]) -> list[int]:
         """Cached blocks of the longest prefix of ``hashes`` (a request's hash chain); takes nothing."""
+        # BEGIN EXERCISE E8.1
         hits = []
         for h in hashes:
             block = self.hash_to_block.get(h)
@@ -184,9 +195,11 @@ class BlockPool:
                 break
             hits.append(block)
         return hits
+        # END EXERCISE
 
     def share(self, owner: str, blocks: Sequence[int]) -> None:
         """Start ``owner``'s table with cached ``blocks`` (from ``lookup``): their tokens count as computed."""
+        # BEGIN EXERCISE E8.1
         if owner in self.tables:
             raise BlockPoolError(f"{owner!r} already holds blocks; share() starts a table")
         for b in blocks:
@@ -199,6 +212,7 @@ class BlockPool:
         self.tables[owner] = list(blocks)
         self.num_tokens[owner] = len(blocks) * self.block_size
         self.num_hashed[owner] = len(blocks)
+        # END EXERCISE
 
     def cache_blocks(self, owner: str, hashes: Sequence[int], num_computed_tokens: int) -> None:
         """Index ``owner``'s full blocks whose K/V are computed (the first ``num_computed_tokens``)."""

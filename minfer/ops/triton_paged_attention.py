@@ -87,6 +87,7 @@ def paged_attention_kernel(
     kv_end = context + tl.minimum(first_q + BLOCK_Q, q_len)  # the tile's last query sees keys < kv_end
     table = block_tables_ptr + req.to(tl.int64) * stride_bt
     n = tl.arange(0, BLOCK_N)
+    # BEGIN EXERCISE E7.1
     for start in range(0, kv_end, BLOCK_N):
         k_pos = start + n
         k_ok = k_pos < kv_end
@@ -104,6 +105,7 @@ def paged_attention_kernel(
         v = tl.load(v_cache_ptr + slot[:, None] + d[None, :], mask=kv_mask, other=0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         m_i = m_new
+    # END EXERCISE
 
     # -- normalize, and store the valid rows in the output's dtype -----------------------------------
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # l_i == 0 only for a padding row that sees no key

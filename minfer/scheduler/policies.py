@@ -1,6 +1,6 @@
-"""Priority and weighted-fair queue policies, refinements of FCFS (``policy.Policy``), and the registry
-``POLICIES`` that maps each ``EngineConfig.policy`` name to its class. A new policy is a class here (or in a
-module of its own) plus one entry in ``POLICIES`` and its name in ``minfer.types.PolicyName``."""
+"""Priority, shortest-job-first and weighted-fair queue policies, refinements of FCFS (``policy.Policy``), and
+the registry ``POLICIES`` that maps each ``EngineConfig.policy`` name to its class. A new policy is a class here
+(or in a module of its own) plus one entry in ``POLICIES`` and its name in ``minfer.types.PolicyName``."""
 
 from __future__ import annotations
 
@@ -15,25 +15,25 @@ from minfer.request import Request
 from minfer.scheduler.policy import Policy
 
 
-class PriorityPolicy(Policy):
-    """Lower ``priority`` value first; ties by arrival. A preempted request goes ahead of its equals that
-    never ran. Running requests rank by ``(priority, admitted_seq)``, so the preemption victim is the lowest
-    priority and, among those, the most recently admitted.
+class HeapPolicy(Policy):
+    """A waiting queue kept in a heap, ordered by ``order(req, front)``: the base of every policy that sorts
+    its queue by a key (priority, job size, deadline...). A preempted request is pushed with ``front=True``.
 
     A heap with lazy deletion keeps push/pop O(log n) for long simulated queues: ``remove`` only forgets a
     request, and its stale heap entry is dropped when it reaches the top."""
-
-    name = "priority"
-    victim_rule = "the lowest-priority running request (of those, the most recently admitted)"
 
     def __init__(self) -> None:
         self.heap: list[tuple[Any, ...]] = []
         self.live: dict[str, int] = {}  # request id → sequence number of its current heap entry
         self.counter = itertools.count()
 
+    def order(self, req: Request, front: bool) -> tuple:
+        """The queue's sort key: smallest first."""
+        raise NotImplementedError
+
     def _push(self, req: Request, front: bool) -> None:
         seq = next(self.counter)
-        heapq.heappush(self.heap, (req.priority, 0 if front else 1, req.arrival_time, seq, req))
+        heapq.heappush(self.heap, (self.order(req, front), seq, req))
         self.live[req.request_id] = seq  # a newer entry for the same request makes the old one stale
 
     def push(self, req: Request) -> None:
@@ -43,7 +43,7 @@ class PriorityPolicy(Policy):
         self._push(req, front=True)
 
     def _is_live(self, entry: tuple[Any, ...]) -> bool:
-        return self.live.get(entry[-1].request_id) == entry[3]
+        return self.live.get(entry[-1].request_id) == entry[1]
 
     def _clean(self) -> None:
         while self.heap and not self._is_live(self.heap[0]):
@@ -66,7 +66,19 @@ class PriorityPolicy(Policy):
         return len(self.live)
 
     def __iter__(self) -> Iterator[Request]:
-        return (e[-1] for e in sorted(self.heap, key=lambda e: e[:4]) if self._is_live(e))
+        return (e[-1] for e in sorted(self.heap, key=lambda e: e[:2]) if self._is_live(e))
+
+
+class PriorityPolicy(HeapPolicy):
+    """Lower ``priority`` value first; ties by arrival. A preempted request goes ahead of its equals that
+    never ran. Running requests rank by ``(priority, admitted_seq)``, so the preemption victim is the lowest
+    priority and, among those, the most recently admitted."""
+
+    name = "priority"
+    victim_rule = "the lowest-priority running request (of those, the most recently admitted)"
+
+    def order(self, req: Request, front: bool) -> tuple:
+        return (req.priority, 0 if front else 1, req.arrival_time)
 
     def rank(self, req: Request) -> Any:
         return (req.priority, req.admitted_seq)
@@ -76,6 +88,29 @@ class PriorityPolicy(Policy):
         turn. Its ``priority`` field keeps the level it reached."""
         req.priority -= 1
         self._push(req, front=False)
+
+
+class ShortestJobFirstPolicy(HeapPolicy):
+    """The request with the least work first: its prompt plus the tokens it may generate (``max_tokens``).
+
+    Short jobs no longer wait behind long ones, so the mean time to finish falls and more requests meet a
+    latency target -- goodput rises -- at the price of long jobs, which wait while short ones keep arriving
+    (chapter 09, exercise E9.2). The work is what the server knows when the request arrives; with recompute
+    preemption it stays the same after a preemption (the prompt and the tokens so far are computed again)."""
+
+    name = "sjf"
+    victim_rule = "the running request with the most work (of equals, the most recently admitted)"
+
+    def order(self, req: Request, front: bool) -> tuple:
+        # BEGIN EXERCISE E9.1
+        work = req.num_prompt_tokens + req.params.max_tokens  # tokens to compute, known at arrival
+        return (work, 0 if front else 1, req.arrival_time)  # among equals: a preempted request first
+        # END EXERCISE
+
+    def rank(self, req: Request) -> Any:
+        # BEGIN EXERCISE E9.1
+        return (req.num_prompt_tokens + req.params.max_tokens, req.admitted_seq)  # fixed while it runs
+        # END EXERCISE
 
 
 class FairPolicy(Policy):
@@ -171,7 +206,7 @@ class FairPolicy(Policy):
         self.served[req.tenant] += num_tokens
 
 
-POLICIES: dict[str, type[Policy]] = {p.name: p for p in (Policy, PriorityPolicy, FairPolicy)}
+POLICIES: dict[str, type[Policy]] = {p.name: p for p in (Policy, PriorityPolicy, ShortestJobFirstPolicy, FairPolicy)}
 
 
 def make_policy(config: EngineConfig) -> Policy:

@@ -104,15 +104,21 @@ class StepBudget:
     def prefill_chunk(self, remaining: int) -> int:
         """How many of a prompt's ``remaining`` tokens this step may compute: as many as both token budgets
         allow, if a chunk is left -- else 0. What is left waits for the next step (chunked prefill)."""
+        # BEGIN EXERCISE E5.1
         if self.chunks <= 0:
             return 0
         return min(remaining, self.prompt, self.tokens)
+        # END EXERCISE
 
     def spend(self, num_tokens: int, decode: bool) -> None:
+        """Account for ``num_tokens`` just scheduled: a decode takes them from the token budget only; a prompt
+        chunk from the token and the prompt budgets, and it uses up one chunk."""
+        # BEGIN EXERCISE E5.1
         self.tokens -= num_tokens
         if not decode:
             self.prompt -= num_tokens
             self.chunks -= 1
+        # END EXERCISE
 
 
 def step_budgets(config: EngineConfig, max_model_len: int) -> tuple[int, int]:
@@ -206,6 +212,7 @@ class Scheduler:
     def _schedule_running(self, budget: StepBudget, out: SchedulerOutput) -> bool:
         """1. Running requests, most important first: one decode token each, or their next prefill chunk.
         Returns whether memory ran short (someone was preempted to make room)."""
+        # BEGIN EXERCISE E4.1
         running, preempted_before = self.running, len(out.preempted)
         i = 0
         while i < len(running) and budget.tokens > 0:
@@ -224,10 +231,12 @@ class Scheduler:
             budget.spend(n, decode)
             i += 1
         return len(out.preempted) > preempted_before
+        # END EXERCISE
 
     def _make_room(self, req: Request, n: int, out: SchedulerOutput) -> bool:
         """Grow ``req`` by ``n`` token slots, preempting the lowest-ranked running request (the last in the
         list) until the pool can give the blocks. False if ``req`` itself was the one preempted."""
+        # BEGIN EXERCISE E6.1
         while self.pool.try_append_slots(req.request_id, n) is None:
             victim = self.running[-1]
             rule = self.policy.victim_rule
@@ -237,6 +246,7 @@ class Scheduler:
             if victim is req:
                 return False
         return True
+        # END EXERCISE
 
     def _schedule_waiting(self, budget: StepBudget, now: float, out: SchedulerOutput) -> None:
         """2. Waiting requests, in queue order, while the budgets, the sequence slots and the pool allow."""
@@ -280,10 +290,12 @@ class Scheduler:
     def _prefix_hits(self, req: Request) -> list[int]:
         """Cached blocks of the request's longest cached prefix, leaving at least one token to compute
         (the step must produce the logits of the last token)."""
+        # BEGIN EXERCISE E8.1
         if not self.config.enable_prefix_caching:
             return []
         req.block_hashes = chain_hashes(req.all_token_ids(), self.block_size, req.block_hashes)
         return self.pool.lookup(req.block_hashes[: (req.num_tokens - 1) // self.block_size])
+        # END EXERCISE
 
     def _admission_blocks(self, req: Request, hits: list[int], n: int) -> tuple[int, int]:
         """Admitting ``req`` to compute its first ``n`` tokens after the cached prefix ``hits`` (or after the

@@ -1,0 +1,165 @@
+"""Every exercise of the course, in one table.
+
+Three kinds:
+
+* **build** -- write a real piece of the engine, in the package, between ``# BEGIN EXERCISE`` and
+  ``# END EXERCISE`` markers. ``check`` runs hidden edge cases against it.
+* **predict** -- write down a number before the chapter measures it; ``check(id, number)`` measures it and
+  says how close you were and why the number is what it is.
+* **explain** -- a short written answer; model answers are in ``docs/instructor.md``.
+
+A checker is named ``"module:function"`` inside ``minfer.exercises.checks`` and imported only when it runs
+(listing the exercises imports nothing of the engine). ``minutes`` is the time a student typically needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Kind = Literal["build", "predict", "explain"]
+
+
+@dataclass(slots=True, frozen=True)
+class Exercise:
+    id: str  # "E<chapter>.<n>"
+    kind: Kind
+    chapter: int
+    section: str  # the chapter section that sets it (stub messages point there)
+    title: str
+    task: str  # one or two sentences: what to do
+    checker: str | None = None  # "ch03:check_block_pool" (build, predict); None for explain
+    minutes: int = 15
+
+    @property
+    def notebook_hint(self) -> str:
+        return f"chapter {self.chapter:02d} §{self.section}"
+
+
+def _b(id: str, chapter: int, section: str, title: str, task: str, checker: str, minutes: int) -> Exercise:
+    return Exercise(id, "build", chapter, section, title, task, checker, minutes)
+
+
+def _p(id: str, chapter: int, section: str, title: str, task: str, checker: str, minutes: int = 5) -> Exercise:
+    return Exercise(id, "predict", chapter, section, title, task, checker, minutes)
+
+
+def _e(id: str, chapter: int, section: str, title: str, task: str, minutes: int = 10) -> Exercise:
+    return Exercise(id, "explain", chapter, section, title, task, None, minutes)
+
+
+EXERCISES: tuple[Exercise, ...] = (
+    # 01 -- the KV cache and the two phases
+    _b("E1.1", 1, "A KV cache", "the KV-cache step",
+       "Write the attend step of ContiguousKVCache.attention: store the new tokens' keys and values in their "
+       "strips, then attend each query to the keys at positions 0..its own.", "ch01:check_kv_cache", 30),
+    _p("E1.2", 1, "Prefill and decode, measured", "decode cost per token, batch 32 vs 1",
+       "How many times cheaper per token is a decode step at batch 32 than at batch 1 (context 128)?",
+       "ch01:measure_decode_batching"),
+    _e("E1.3", 1, "A KV cache", "why the speed-up is smaller",
+       "The cache cut the token computations 15x, but the time far less. Why?"),
+    # 02 -- static batching
+    _b("E2.1", 2, "Request-level batching", "static batching's slot accounting",
+       "Write baselines.slot_accounting: per forward pass of static batching, how many row-slots computed useful "
+       "tokens, padding, finished rows (bubbles), or sat idle.", "ch02:check_slot_accounting", 25),
+    _p("E2.2", 2, "Request-level batching", "useful decode rows",
+       "Chapter 02's 24 requests run in static batches of 8. What percentage of the decode rows compute a token "
+       "that someone reads?", "ch02:measure_decode_share"),
+    _e("E2.3", 2, "Request-level batching", "sorting the queue",
+       "Sort the requests by length before batching them: what does it fix, what not, and why can a server not "
+       "do it well?"),
+    # 03 -- the paged KV cache
+    _b("E3.1", 3, "The BlockPool", "the BlockPool: allocate, append, free",
+       "Write BlockPool.blocks_for, blocks_needed, allocate, try_append_slots and free: blocks from the head of "
+       "the free list, a new block only when the last is full, nothing changed on failure, blocks back "
+       "tail-first when their last owner lets go.", "ch03:check_block_pool", 45),
+    _p("E3.2", 3, "The BlockPool", "blocks after step 5",
+       "A request with a 45-token prompt runs alone in a pool of 16-token blocks. How many blocks does it hold "
+       "after step 5 (step 1 is its prefill)?", "ch03:measure_blocks_after_step5"),
+    _e("E3.3", 3, "What paging wastes", "choosing a block size",
+       "Why not blocks of 1 token (no waste at all), or of 256? Name what each extreme costs."),
+    # 04 -- continuous batching
+    _b("E4.1", 4, "The scheduler", "the scheduler's running-request loop",
+       "Write Scheduler._schedule_running: every running request, in rank order, gets one decode token or its "
+       "next prompt chunk while the step has budget; grow its blocks (preempting if the pool is short) and "
+       "schedule it.", "ch04:check_running_loop", 45),
+    _p("E4.2", 4, "Run it", "forward passes",
+       "The 24 requests of chapter 02 run with continuous batching, 8 at a time. How many forward passes (steps) "
+       "will the engine take?", "ch04:measure_forward_passes"),
+    _e("E4.3", 4, "The scheduler", "running requests first",
+       "Why does the scheduler serve running requests before it admits waiting ones? What would go wrong the "
+       "other way round?"),
+    # 05 -- chunked prefill
+    _b("E5.1", 5, "The budget in the scheduler", "the chunk budget",
+       "Write StepBudget.prefill_chunk and StepBudget.spend: how many prompt tokens a request may compute this "
+       "step, and what a decode or a chunk uses up of the step's three budgets.", "ch05:check_chunk_budget", 20),
+    _p("E5.2", 5, "The experiment", "steps for a chunked prompt",
+       "Four requests are decoding when a 1,536-token prompt arrives; chunked_prefill_size=256 and the default "
+       "token budget. In how many steps is the long prompt computed?", "ch05:measure_chunked_steps"),
+    _e("E5.3", 5, "The experiment", "choosing a chunk size",
+       "What does a smaller chunk buy, and what does it cost? Which users feel each side?"),
+    # 06 -- preemption
+    _b("E6.1", 6, "Preemption under memory pressure", "the preemption victim",
+       "Write Scheduler._make_room: grow a request's blocks, preempting the lowest-ranked running request until "
+       "the pool can; stop if the request itself was the victim.", "ch06:check_victim", 20),
+    _p("E6.2", 6, "A burst into a small pool", "how many preemptions",
+       "Chapter 06's eight chat requests (48 output tokens each) arrive at once in a pool of 16 blocks of 8 "
+       "tokens. How many preemptions happen before all finish?", "ch06:measure_preemptions"),
+    _e("E6.3", 6, "A burst into a small pool", "recompute, swap, or reserve",
+       "Why does the victim go back to the front of the queue? When would swapping its blocks to host memory "
+       "beat recomputing them?"),
+    # 07 -- Triton kernels
+    _b("E7.1", 7, "4. The paged-attention kernel", "the online-softmax loop",
+       "Write the loop of paged_attention_kernel: for each tile of BLOCK_N keys, find their blocks through the "
+       "block table, load keys, score, mask causally, and fold the tile into the running max, sum and "
+       "weighted values.", "ch07:check_online_softmax", 45),
+    _p("E7.2", 7, "1. What the reference does -- and what it wastes", "bytes moved, reference vs kernel",
+       "For one decode step of 32 requests with contexts between 20 and 600 tokens, how many times the bytes "
+       "attention needs does the reference move (gather, write the copy, read it again)?",
+       "ch07:measure_bytes_ratio"),
+    _e("E7.3", 7, "4. The paged-attention kernel", "the running maximum",
+       "The kernel starts m_i at -1e30, not -inf, and works in base 2. Why each? What goes wrong without the "
+       "running maximum?"),
+    # 08 -- prefix caching
+    _b("E8.1", 8, "3. Admission: look up, share, compute the rest", "prefix lookup and share",
+       "Write Scheduler._prefix_hits (which of a request's block hashes to look up: never its last token), "
+       "BlockPool.lookup (the cached blocks of the longest matching prefix) and BlockPool.share (start a table "
+       "with them: references, the free list, computed tokens).", "ch08:check_prefix_sharing", 35),
+    _p("E8.2", 8, "3. Admission: look up, share, compute the rest", "tokens served from the cache",
+       "Six requests share a 200-token system prompt and add 30 tokens of their own (16-token blocks), admitted "
+       "one per step. How many prompt tokens does the cache serve in all?", "ch08:measure_cached_tokens"),
+    _e("E8.3", 8, "6. Eviction: least recently used first", "what to evict",
+       "Why is a prompt's last block evicted before its first? Give a workload where LRU is the wrong choice."),
+    # 09 -- policies and SLAs
+    _b("E9.1", 9, "2. Priority", "a new policy: shortest job first",
+       "Write ShortestJobFirstPolicy.order and .rank: the least work (prompt + max_tokens) first, a preempted "
+       "request ahead of its equals, and a running rank that never changes. Graded by goodput on a fixed "
+       "simulated workload.", "ch09:check_sjf", 30),
+    _e("E9.2", 9, "5. Queue timeouts", "what SJF does to long jobs",
+       "Under steady load, what happens to a 1,000-token job behind a stream of short ones with SJF? Propose a "
+       "fix from this chapter's knobs and say what it costs."),
+    # 10 -- benchmarking and simulation
+    _b("E10.1", 10, "1. What a serving benchmark measures", "goodput: did a request meet its SLO?",
+       "Write SLO.met_by: a request counts toward goodput only if it was served and met every target given.",
+       "ch10:check_slo", 15),
+    _p("E10.2", 10, "2. A roofline per step", "a decode step on an H100",
+       "How many milliseconds does one decode step of Llama-3-8B (bfloat16) at batch 1, with 1,024 tokens of "
+       "context, take on a simulated H100-SXM?", "ch10:measure_h100_decode"),
+    _e("E10.3", 10, "1. What a serving benchmark measures", "goodput versus throughput",
+       "A change doubles throughput and halves goodput. How? Which would you report to a customer?"),
+)
+
+BY_ID = {e.id: e for e in EXERCISES}
+
+
+def get(exercise_id: str) -> Exercise:
+    """The exercise named ``exercise_id`` ("E3.1"); a clear error naming the known ones otherwise."""
+    ex = BY_ID.get(str(exercise_id).strip().upper())
+    if ex is None:
+        raise ValueError(f"no exercise {exercise_id!r}; known: {', '.join(BY_ID)}")
+    return ex
+
+
+def stub_message(ex: Exercise, unit: str) -> str:
+    """What a stubbed region raises: the exercise, the function, and where the chapter explains it."""
+    return f"{ex.id}: write {unit} ({ex.title}), see {ex.notebook_hint}"

@@ -1,0 +1,147 @@
+"""Chapter 06: the preemption victim (E6.1) and how many preemptions a burst into a small pool causes (E6.2)."""
+
+from __future__ import annotations
+
+from minfer.exercises.checks.common import same_schedule_as_reference, sim_engine, tiny_engine
+from minfer.exercises.harness import Measurement, Tester
+from minfer.request import SamplingParams
+
+QUESTIONS = ["Why is the sea salty?", "Name two moons of Jupiter.", "What is a prime number?",
+             "How do bees make honey?", "What does a compiler do?", "Why do leaves change colour?",
+             "What is the speed of sound?", "Who painted the Mona Lisa?"]  # chapter 06's burst
+
+
+def chapter_prompts() -> list[list[int]]:
+    """Chapter 06's eight chat prompts, through SmolLM2's tokenizer and chat template (no weights needed)."""
+    from transformers import AutoTokenizer
+
+    from minfer.model.loader import resolve_checkpoint
+    from minfer.model.tokenizer import HFTokenizer
+
+    tok = HFTokenizer(AutoTokenizer.from_pretrained(resolve_checkpoint("smollm2-135m")))
+    return [tok.apply_chat_template([{"role": "user", "content": q}]) for q in QUESTIONS]
+
+
+def measure_preemptions() -> Measurement:
+    prompts = chapter_prompts()
+    engine = sim_engine(model="smollm2-135m", hardware="cpu-2core", num_blocks=16, block_size=8)
+    for i, p in enumerate(prompts):  # the scheduler's decisions depend on lengths only: the simulator decides alike
+        engine.add_request(f"q{i}", p, SamplingParams(max_tokens=48, ignore_eos=True))
+    engine.run()
+    n = sum(len(t.preempted) for t in engine.trace)
+    first = next(t for t in engine.trace if t.preempted)
+    longest = max(map(len, prompts))
+    first_blocks, last_blocks = -(-longest // 8), -(-(longest + 47) // 8)
+    return Measurement(
+        n, "preemptions", rel_tol=0.5,
+        explain=f"{n} preemptions, the first in step {first.step}. Admission is optimistic: a prompt of up to "
+                f"{longest} tokens needs only {first_blocks} blocks of 8, so requests are admitted while their prompts "
+                f"fit. But every answer grows: at the end a request holds {longest + 47} tokens, {last_blocks} blocks, "
+                "and the 16-block pool carries one such request and part of another. So requests take turns: "
+                "whenever a running request needs a block and none is free, the most recently admitted one is "
+                "preempted, and later recomputes its prompt and its answer so far. A guess of one or two preemptions "
+                "forgets that every admitted answer keeps growing until it finishes.")
+
+
+def greedy(n: int) -> SamplingParams:
+    return SamplingParams(max_tokens=n, temperature=0, ignore_eos=True)
+
+
+def cpu_sim(**config):
+    return sim_engine(model="smollm2-135m", hardware="cpu-2core", **config)
+
+
+def victims_by_rank(engine, priority: dict[str, int] | None = None) -> None:
+    """Every preemption took the lowest-ranked running request: the lowest priority (the largest value),
+    among those the most recently admitted. Checked against the order the trace shows."""
+    priority = priority or {}
+    admitted: dict[str, int] = {}
+    running: set[str] = set()
+    seq = 0
+    for tr in engine.trace:
+        for victim in tr.preempted:
+            if victim not in running:  # admitted and preempted in one step: not in the running pass
+                continue
+            worst = max(running, key=lambda r: (priority.get(r, 0), admitted[r]))
+            assert victim == worst, (
+                f"step {tr.step} preempted {victim} (admitted #{admitted[victim]}, priority {priority.get(victim, 0)});"
+                f" the lowest-ranked running request was {worst} (admitted #{admitted[worst]}, priority "
+                f"{priority.get(worst, 0)})")
+            running.discard(victim)
+        for rid in tr.admitted:
+            seq += 1
+            admitted[rid] = seq
+            running.add(rid)
+        running -= set(tr.finished) | set(tr.preempted)
+
+
+def check_victim(t: Tester) -> None:
+    with t.case("first come, first served: each victim is the most recently admitted running request",
+                hint="the running list is kept in rank order (policy.rank): the victim is its *last* request, not "
+                     "its first (the oldest has the most work to lose)"):
+        engine = cpu_sim(block_size=4, num_blocks=12, max_num_seqs=4)
+        for i, (p, n) in enumerate([(9, 12), (6, 14), (7, 10), (5, 16)]):
+            engine.add_request(f"r{i}", [5 + i] * p, greedy(n))
+        t.run(engine)
+        assert any(tr.preempted for tr in engine.trace), "this case is meant to preempt"
+        victims_by_rank(engine)
+
+    with t.case("priorities: the lowest priority goes first, whoever needs the block",
+                hint="the rank of a running request comes from the policy; take the last in rank order"):
+        prio = {"a": 0, "b": 2, "c": 1, "d": 2}
+        engine = cpu_sim(block_size=4, num_blocks=12, max_num_seqs=4, policy="priority")
+        for i, rid in enumerate(prio):
+            engine.add_request(rid, [7 + i] * 6, greedy(14 - i), priority=prio[rid])
+        t.run(engine)
+        assert any(tr.preempted for tr in engine.trace), "this case is meant to preempt"
+        victims_by_rank(engine, prio)
+
+    with t.case("the request that needs a block may be the victim itself: then it alone is preempted",
+                hint="when the lowest-ranked request is the one asking, preempt it and stop: nobody else loses "
+                     "blocks for it"):
+        engine = cpu_sim(block_size=4, num_blocks=8, max_num_seqs=2)
+        engine.add_request("old", [1] * 12, greedy(8))  # 3 blocks, grows to 5
+        engine.add_request("new", [2] * 12, greedy(8))  # admitted second: the lowest rank
+        t.run(engine)
+        first = next(tr for tr in engine.trace if tr.preempted)
+        assert first.preempted == ["new"], f"step {first.step} preempted {first.preempted}: only 'new' should go"
+
+    with t.case("preempt until it fits: an urgent prompt chunk that needs four blocks takes two victims",
+                hint="after each preemption try again; stop as soon as the request fits (or is itself preempted)"):
+        engine = cpu_sim(block_size=2, num_blocks=12, max_num_seqs=5, chunked_prefill_size=8, policy="priority")
+        prio = {f"s{i}": 1 for i in range(3)} | {"big": 0}
+        for i in range(3):
+            engine.add_request(f"s{i}", [3 + i] * 2, greedy(10), priority=1)
+        t.run(engine, before_step=lambda step: step == 3 and engine.add_request("big", [9] * 16, greedy(2), priority=0))
+        victims_by_rank(engine, prio)
+        step = next((tr for tr in engine.trace if len(tr.preempted) > 1), None)
+        assert step is not None and step.preempted == ["s2", "s1"], (
+            f"big's chunk needs 4 blocks: s2, then s1 (the lowest-ranked) must be preempted in one step; the steps "
+            f"with preemptions were {[(tr.step, tr.preempted) for tr in engine.trace if tr.preempted]}")
+
+    with t.case("recompute gives the very same tokens as a roomy pool (tiny model)",
+                hint="a preempted request restarts from position 0 with its tokens so far; nothing is lost"):
+        outs = {}
+        for blocks in (10, 100):
+            engine = tiny_engine(block_size=4, num_blocks=blocks, max_num_seqs=4, chunked_prefill_size=8)
+            for i, (p, n) in enumerate([(9, 12), (14, 9), (6, 16), (11, 10)]):
+                engine.add_request(f"r{i}", [4 + 3 * i + j % 5 for j in range(p)], greedy(n))
+            outs[blocks] = {k: o.outputs[0].token_ids for k, o in t.run(engine).items()}
+        assert outs[10] == outs[100], "preemption changed the generated tokens"
+
+    with t.case("the same decisions as the reference, step by step, on two workloads under memory pressure",
+                hint="print engine.trace[i].describe() and engine.trace[i].reasons around the step named above"):
+        def burst():
+            e = cpu_sim(block_size=4, num_blocks=14, max_num_seqs=6, chunked_prefill_size=10)
+            for i, (p, n) in enumerate([(9, 20), (14, 9), (6, 26), (11, 14), (3, 22), (17, 6)]):
+                e.add_request(f"r{i}", [i + 1] * p, greedy(n))
+            return e
+
+        def priorities():
+            e = cpu_sim(block_size=4, num_blocks=14, max_num_seqs=5, policy="priority", chunked_prefill_size=8)
+            for i, (p, n, prio) in enumerate([(10, 16, 2), (7, 12, 1), (12, 10, 0), (5, 18, 2), (8, 9, 1)]):
+                e.add_request(f"r{i}", [i + 1] * p, greedy(n), priority=prio)
+            return e
+
+        for build in (burst, priorities):
+            same_schedule_as_reference(t, "E6.1", build)
