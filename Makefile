@@ -33,7 +33,7 @@ lab: setup
 
 test: setup
 	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
-	$(BIN)/python -m pytest --nbval-lax --nbval-current-env notebooks $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg notebooks $(PYTEST_ARGS)
 
 # re-execute every chapter in place (after a package change their stored outputs are stale) and clean them
 notebooks: setup
