@@ -122,7 +122,8 @@ class VLLMProcess:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "minfer.peers", "vllm-worker", str(to_child), str(from_child),
              "eager" if eager else "compiled"], pass_fds=(to_child, from_child))
-        os.close(to_child), os.close(from_child)
+        os.close(to_child)
+        os.close(from_child)
         self.send, self.receive = Connection(from_parent, readable=False), Connection(to_parent, writable=False)
         self.info = self._receive()
 
@@ -158,13 +159,24 @@ def vllm_engine(eager: bool) -> VLLMProcess:
     return engine
 
 
+def id_prompts(workload: list[WorkItem], vocab_size: int) -> list[list[int]]:
+    """The workload's prompts as token ids, the same for every system (``token_prompts``). The peers take ids
+    only: a text prompt would be tokenized by each system its own way, and the runs would differ."""
+    from minfer.workload import token_prompts
+
+    prompts = token_prompts(workload, vocab_size)
+    ids = [p for p in prompts if not isinstance(p, str)]
+    if len(ids) != len(prompts):
+        raise ValueError("the peers run token-id workloads; this one has text prompts")
+    return ids
+
+
 def run_vllm(workload: list[WorkItem], eager: bool) -> tuple[int, float]:
     from minfer.model.loader import load_model_cached
-    from minfer.workload import token_prompts
 
     offline(workload)
     vocab = load_model_cached("smollm2-135m")[0].config.vocab_size
-    tokens, seconds = vllm_engine(eager).run(token_prompts(workload, vocab), [w.output_len for w in workload])
+    tokens, seconds = vllm_engine(eager).run(id_prompts(workload, vocab), [w.output_len for w in workload])
     expected = sum(w.output_len for w in workload)
     if tokens != expected:
         raise RuntimeError(f"vLLM generated {tokens} tokens, the workload asks for {expected}")
@@ -217,11 +229,10 @@ def run_llama_cpp(workload: list[WorkItem], n_batch: int = 512) -> tuple[int, fl
     import numpy as np
 
     from minfer.model.loader import load_model_cached
-    from minfer.workload import token_prompts
 
     offline(workload)
     vocab = load_model_cached("smollm2-135m")[0].config.vocab_size
-    prompts = token_prompts(workload, vocab)
+    prompts = id_prompts(workload, vocab)
     budget = [w.output_len for w in workload]
     n_ctx = ceil_div(sum(len(p) + m for p, m in zip(prompts, budget)), 256) * 256
     model, ctx = llama_cpp_context(max(n_ctx, 8192), len(prompts), n_batch)
