@@ -48,14 +48,17 @@ def _unwrap(obj: Any) -> Any:
 
 
 def setup_notebook(threads: int | None = None) -> dict[str, str]:
-    """Small, reproducible notebooks: plotly figures as JSON (no 4 MB of embedded JavaScript), fixed
-    seeds, and (in a student build) the reference standing in for exercises not written yet, so every
+    """Small, reproducible notebooks: plotly figures as JSON (no 4 MB of embedded JavaScript) in the course
+    template, fixed seeds, and (in a student build) the reference standing in for exercises not written yet, so every
     chapter runs; returns a description of the machine (printed by chapter 00)."""
     import plotly.io as pio
 
     from minfer.exercises import stand_in
 
+    from minfer.viz.style import use_course_template
+
     pio.renderers.default = "plotly_mimetype"
+    use_course_template()  # every chapter's figures in the course template (tests/test_figures_stored.py)
     torch.manual_seed(0)
     if threads:
         torch.set_num_threads(threads)
