@@ -7,7 +7,8 @@ After a change to the package, the stored outputs of the chapters that render or
 ``make test`` (nbval, every output compared) fails on them. This refreshes them in one command: each
 notebook runs top to bottom in a fresh kernel of this environment, from the ``notebooks/`` folder (as
 JupyterLab runs it), and its widget state and timing metadata are removed. It prints how long each chapter
-took: a chapter should run in about two minutes on a 2-core CPU.
+took: a chapter should run in about two minutes on a 2-core CPU. Cells nbval skips (an exercise's check) are
+not run: they stay in place without outputs.
 """
 
 from __future__ import annotations
