@@ -42,14 +42,18 @@ from minfer.sim.models import ModelSpec
 PREFILL_ROWS = 512  # a prefill chunk: the engine's default chunked_prefill_size
 
 
-def best_time(fn: Callable[[], object], reps: int = 3) -> float:
+def best_time(fn: Callable[[], object], reps: int = 3, device: str | torch.device = "cpu") -> float:
     """The fastest of ``reps`` timed calls, after one warm-up call. The fastest, not the median: on a
-    shared machine interference only ever adds time, so the minimum is the closest to the machine's own."""
+    shared machine interference only ever adds time, so the minimum is the closest to the machine's own.
+    On a GPU each call is waited for (kernels launch asynchronously), else the clock would time the launch."""
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     fn()
+    sync()
     best = float("inf")
     for _ in range(reps):
         start = time.perf_counter()
         fn()
+        sync()
         best = min(best, time.perf_counter() - start)
     return best
 
@@ -65,9 +69,10 @@ class ModelMatmuls:
     """Every layer's weight matrices (random, the model's shapes, ``[in, out]`` as minfer stores them).
     ``rate(rows)`` runs them all once on ``rows`` input rows, as one forward pass would, and returns FLOP/s."""
 
-    def __init__(self, config: ModelConfig, dtype: torch.dtype = torch.float32) -> None:
-        self.dtype = dtype
-        self.weights = [torch.randn(i, o, dtype=dtype) * 0.02 for _ in range(config.num_layers)
+    def __init__(self, config: ModelConfig, dtype: torch.dtype = torch.float32,
+                 device: str | torch.device = "cpu") -> None:
+        self.dtype, self.device = dtype, device
+        self.weights = [torch.randn(i, o, dtype=dtype, device=device) * 0.02 for _ in range(config.num_layers)
                         for i, o in layer_shapes(config)]
         self.flops_per_row = 2 * sum(w.numel() for w in self.weights)
 
@@ -77,21 +82,23 @@ class ModelMatmuls:
 
     @torch.inference_mode()
     def rate(self, rows: int, reps: int = 3) -> float:
-        inputs = {w.shape[0]: torch.randn(rows, w.shape[0], dtype=self.dtype) for w in self.weights}
-        outputs = {w.shape[1]: torch.empty(rows, w.shape[1], dtype=self.dtype) for w in self.weights}
+        inputs = {w.shape[0]: torch.randn(rows, w.shape[0], dtype=self.dtype, device=self.device)
+                  for w in self.weights}
+        outputs = {w.shape[1]: torch.empty(rows, w.shape[1], dtype=self.dtype, device=self.device)
+                   for w in self.weights}
 
         def forward() -> None:
             for w in self.weights:
                 torch.mm(inputs[w.shape[0]], w, out=outputs[w.shape[1]])
 
-        return rows * self.flops_per_row / best_time(forward, reps)
+        return rows * self.flops_per_row / best_time(forward, reps, self.device)
 
 
 @torch.inference_mode()
-def read_bandwidth(nbytes: int = 256 << 20, reps: int = 5) -> float:
+def read_bandwidth(nbytes: int = 256 << 20, reps: int = 5, device: str | torch.device = "cpu") -> float:
     """Bytes per second of one pass reading ``nbytes`` (``sum`` reads each element once and writes nothing)."""
-    x = torch.ones(nbytes // 4, dtype=torch.float32)
-    return x.nbytes / best_time(x.sum, reps)
+    x = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+    return x.nbytes / best_time(x.sum, reps, device)
 
 
 @dataclass(slots=True)
@@ -116,13 +123,15 @@ class MachineRoofline:
                 f"{self.bandwidth / 1e9:.1f} GB/s ({self.threads} threads, {self.dtype})")
 
 
-def measure(config: ModelConfig, decode_rows: int, dtype: torch.dtype = torch.float32) -> MachineRoofline:
-    """Measure this machine's roofline at ``config``'s shapes (a few seconds on 2 cores)."""
+def measure(config: ModelConfig, decode_rows: int, dtype: torch.dtype = torch.float32,
+            device: str | torch.device = "cpu") -> MachineRoofline:
+    """Measure this machine's roofline at ``config``'s shapes (a few seconds on 2 cores), on ``device`` (the
+    one the engine being judged runs on: a GPU's roofline bounds a GPU engine, never the CPU's)."""
     start = time.perf_counter()
-    matmuls = ModelMatmuls(config, dtype)
+    matmuls = ModelMatmuls(config, dtype, device)
     prefill = matmuls.rate(PREFILL_ROWS, reps=2)
     decode = matmuls.rate(decode_rows, reps=5)
-    bandwidth = read_bandwidth()
+    bandwidth = read_bandwidth(device=device)
     return MachineRoofline(prefill, decode, decode_rows, bandwidth, torch.get_num_threads(),
                            str(dtype).removeprefix("torch."), time.perf_counter() - start)
 
