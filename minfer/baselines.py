@@ -33,6 +33,7 @@ class BaselineResult:
     seconds: float
     outputs: list[list[int]] = field(default_factory=list)  # generated ids per request, in input order
     steps: list[dict[str, int]] = field(default_factory=list)  # static batching: per-step slot accounting
+    first_token_seconds: list[float] = field(default_factory=list)  # static batching: TTFT per request, from the start
 
     @property
     def throughput(self) -> float:
@@ -79,6 +80,7 @@ def static_batching(model: LlamaModel, prompts: Sequence[Sequence[int]], max_tok
     longest = max(map(len, prompts)) + max(max_tokens)  # finished rows keep decoding to the end
     cache = ContiguousKVCache(model.config, batch_size, longest, model.dtype, dev)
     outputs: list[list[int]] = [[] for _ in prompts]
+    first_token = [0.0] * len(prompts)  # every request arrived at the start: its TTFT is when its batch prefilled
     start = time.perf_counter()
     for batch in _batches(len(prompts), batch_size):
         rows = list(batch)
@@ -97,6 +99,7 @@ def static_batching(model: LlamaModel, prompts: Sequence[Sequence[int]], max_tok
         pos = lens.clone()
         for r, i in enumerate(rows):
             outputs[i].append(int(token[r]))
+            first_token[i] = time.perf_counter() - start
         for t in range(1, max(budget)):  # every row decodes until the longest is done
             hidden = model(token, pos, cache.attention(slots, pos[:, None]))
             token = model.compute_logits(hidden).argmax(-1)
@@ -106,7 +109,7 @@ def static_batching(model: LlamaModel, prompts: Sequence[Sequence[int]], max_tok
                 outputs[rows[r]].append(int(token[r]))
     seconds = time.perf_counter() - start
     steps = slot_accounting([len(p) for p in prompts], max_tokens, batch_size)
-    return BaselineResult("minfer static batching", sum(max_tokens), seconds, outputs, steps)
+    return BaselineResult("minfer static batching", sum(max_tokens), seconds, outputs, steps, first_token)
 
 
 @torch.inference_mode()

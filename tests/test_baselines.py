@@ -50,6 +50,9 @@ def test_static_batching_gives_the_engine_tokens_and_counts_its_waste(pair):
     assert steps[0] == {"batch_slots": 2, "useful": 15, "padding": 9, "idle_slots": 0, "bubbles": 0}
     assert sum(s["bubbles"] for s in steps) == (15 - 6) + (9 - 2) + 0  # finished rows kept computing
     assert steps[-1]["idle_slots"] == 1  # the last batch holds one request in two slots
+    # a batch's first tokens come after every earlier batch has finished (each request's TTFT, in seconds)
+    ttft = result.first_token_seconds
+    assert len(ttft) == len(PROMPTS) and 0 < ttft[0] and ttft[0] <= ttft[1] < ttft[2] <= result.seconds
 
 
 def test_hugging_face_baselines_match_the_engine(pair):
