@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from minfer import fields as check
 from minfer.types import (
@@ -25,10 +25,6 @@ from minfer.types import (
 )
 from minfer.units import parse_bytes
 
-if TYPE_CHECKING:  # the simulator's specs: imported only for the annotations, so the config stays a low module
-    from minfer.sim.hardware import HardwareSpec
-    from minfer.sim.models import ModelSpec
-
 POLICIES = allowed(PolicyName)
 ADMISSIONS = allowed(AdmissionMode)
 EXECUTORS = allowed(ExecutorName)
@@ -42,15 +38,24 @@ __all__ = ["ADMISSIONS", "BACKENDS", "DTYPES", "EXECUTORS", "POLICIES", "PREEMPT
            "TIMEOUT_ACTIONS", "EngineConfig", "parse_bytes"]
 
 
+class SimSpec(Protocol):
+    """A simulator spec passed as itself rather than by name: a ``minfer.sim`` ``ModelSpec`` or ``HardwareSpec``.
+    Those live a layer above the configuration, so it names only what it reads of them; the simulator's executor
+    checks which one it got."""
+
+    @property
+    def name(self) -> str: ...
+
+
 @dataclass(slots=True)
 class EngineConfig:
     # what runs
     # alias, HF checkpoint dir, .gguf file; with executor="sim" a model spec name or a ModelSpec
-    model: str | ModelSpec = "smollm2-135m"
+    model: str | SimSpec = "smollm2-135m"
     device: str = "cpu"  # "cpu" or "cuda" ("cuda:1" ...)
     dtype: DType = "auto"  # auto: bfloat16 on CUDA, float32 on CPU
     executor: ExecutorName = "model"  # "model" (real forward passes) or "sim" (roofline cost model, no weights)
-    hardware: str | HardwareSpec | None = None  # sim only: a hardware spec name such as "H100-SXM", or a spec
+    hardware: str | SimSpec | None = None  # sim only: a hardware spec name such as "H100-SXM", or a spec
     attention_backend: BackendName = "auto"  # a name in minfer.ops.backends.BACKENDS; auto: per device
     cuda_graphs: bool = True  # capture decode steps in CUDA graphs (CUDA only)
     seed: int = 0  # for requests sampled without their own seed
