@@ -95,7 +95,7 @@ def run_engine(workload: Sequence[WorkItem], config: EngineConfig, slo: SLO | No
 
     model = tokenizer = None
     if config.executor == "model":
-        model, tokenizer = cached_model(config.model, config.device, config.dtype)
+        model, tokenizer = cached_model(config.checkpoint, config.device, config.dtype)
     engine = LLMEngine(config, model=model, tokenizer=tokenizer)
     submit(engine, workload, seed=seed)
     engine.run(progress=progress)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, fields
+from typing import Protocol
 
 from minfer import fields as check
 from minfer.types import (
@@ -37,14 +38,24 @@ __all__ = ["ADMISSIONS", "BACKENDS", "DTYPES", "EXECUTORS", "POLICIES", "PREEMPT
            "TIMEOUT_ACTIONS", "EngineConfig", "parse_bytes"]
 
 
+class SimSpec(Protocol):
+    """A simulator spec passed as itself rather than by name: a ``minfer.sim`` ``ModelSpec`` or ``HardwareSpec``.
+    Those live a layer above the configuration, so it names only what it reads of them; the simulator's executor
+    checks which one it got."""
+
+    @property
+    def name(self) -> str: ...
+
+
 @dataclass(slots=True)
 class EngineConfig:
     # what runs
-    model: str = "smollm2-135m"  # alias, HF checkpoint dir, .gguf file; with executor="sim" a model spec name
+    # alias, HF checkpoint dir, .gguf file; with executor="sim" a model spec name or a ModelSpec
+    model: str | SimSpec = "smollm2-135m"
     device: str = "cpu"  # "cpu" or "cuda" ("cuda:1" ...)
     dtype: DType = "auto"  # auto: bfloat16 on CUDA, float32 on CPU
     executor: ExecutorName = "model"  # "model" (real forward passes) or "sim" (roofline cost model, no weights)
-    hardware: str | None = None  # sim only: a hardware spec name such as "H100-SXM"
+    hardware: str | SimSpec | None = None  # sim only: a hardware spec name such as "H100-SXM", or a spec
     attention_backend: BackendName = "auto"  # a name in minfer.ops.backends.BACKENDS; auto: per device
     cuda_graphs: bool = True  # capture decode steps in CUDA graphs (CUDA only)
     seed: int = 0  # for requests sampled without their own seed
@@ -131,6 +142,15 @@ class EngineConfig:
             raise ValueError(f"tenant_weights must map tenant names to weights > 0, got {self.tenant_weights!r}")
         if self.executor == "sim" and self.hardware is None:
             raise ValueError("executor='sim' needs hardware=..., e.g. 'H100-SXM' (see minfer.sim.HARDWARE)")
+
+    @property
+    def checkpoint(self) -> str:
+        """``model`` as the real executor loads it: an alias, directory or file (a ModelSpec describes a model
+        only to the simulator)."""
+        if not isinstance(self.model, str):
+            raise ValueError(f"executor={self.executor!r} loads weights: model must name a checkpoint, got a "
+                             f"{type(self.model).__name__} (model specs are for executor='sim')")
+        return self.model
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:

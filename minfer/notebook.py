@@ -54,7 +54,6 @@ def setup_notebook(threads: int | None = None) -> dict[str, str]:
     import plotly.io as pio
 
     from minfer.exercises import stand_in
-
     from minfer.viz.style import use_course_template
 
     pio.renderers.default = "plotly_mimetype"

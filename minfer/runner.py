@@ -128,7 +128,7 @@ def build_model_executor(config: EngineConfig, model: Any = None, tokenizer: Any
     if cfg.device == "cpu":  # each step's activations reuse the last step's memory (see cpu_malloc.py)
         keep_freed_memory()
     if model is None:
-        model, tokenizer = load_model(cfg.model, cfg.device, dtype)
+        model, tokenizer = load_model(cfg.checkpoint, cfg.device, dtype)
     elif tokenizer is None:
         raise ValueError("pass the tokenizer together with a preloaded model")
     else:

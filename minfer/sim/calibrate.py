@@ -162,17 +162,17 @@ class _Overheads:
 
 
 def _grid_fit(flops: np.ndarray, nbytes: np.ndarray, overheads: _Overheads, overlap: float,
-              rounds: int, points: int = 21) -> tuple:
+              rounds: int, points: int = 21) -> tuple[float, float, float, np.ndarray]:
     """(error, FLOP/s, bandwidth, overheads) with the least error, for one ``overlap``."""
-    best = None
     f_mid, b_mid, span = 1e11, 1e10, 100.0  # FLOP/s and bytes/s within a factor of 100 of these: any CPU
+    best = (math.inf, f_mid, b_mid, np.zeros(overheads.a.shape[1]))  # nothing tried yet: any error beats it
     for _ in range(rounds):
         for f in np.geomspace(f_mid / span, f_mid * span, points):
             for bw in np.geomspace(b_mid / span, b_mid * span, points):
                 compute, memory = flops / f, nbytes / bw
                 roof = (np.maximum(compute, memory) + (1 - overlap) * np.minimum(compute, memory)).sum(axis=1)
                 err, coef = overheads.solve(roof)
-                if best is None or err < best[0]:
+                if err < best[0]:
                     best = (err, f, bw, coef)
         f_mid, b_mid = best[1], best[2]
         span = span ** (2 / (points - 1))  # zoom in: the next grid spans one step of this one either side

@@ -18,12 +18,11 @@ one: the ``HardwareSpec`` says how much (``matmul_efficiency`` and ``matmul_half
 bound on speed; with the shares a well-tuned engine reaches, it predicts published measurements within a stated
 error (``minfer.sim.validate``).
 
-Plus overheads the roofline does not see: a fixed one per step (scheduling, launches), one per token
-(elementwise work: norms, rotary, activations) and one per sampled token (per-request work: sampling,
-detokenizing, a decode's own attention setup). A GPU kernel streams
-weights while it computes, so its time is the *larger* of the two; a CPU running small matrix products
-mostly does one and then the other: ``HardwareSpec.overlap`` (1 → max, 0 → sum) says which. Everything a step
-needs to be priced is summed into a ``StepShape`` in one pass over the scheduled chunks.
+Plus overheads the roofline does not see: a fixed one per step (scheduling, launches), one per token (elementwise
+work: norms, rotary, activations) and one per sampled token (per-request work: sampling, detokenizing, a decode's
+own attention setup). A GPU kernel streams weights while it computes, so its time is the *larger* of the two; a CPU
+running small matrix products mostly does one and then the other: ``HardwareSpec.overlap`` (1 → max, 0 → sum) says
+which. Everything a step needs to be priced is summed into a ``StepShape`` in one pass over the scheduled chunks.
 
 The arithmetic works on numbers and on numpy arrays alike: ``RooflineCost.step_times`` prices a whole recorded
 schedule in one vectorized pass, which is what makes fitting the efficiencies to published tables fast.
@@ -74,7 +73,8 @@ class StepShape:
     @staticmethod
     def stack(shapes: Sequence[StepShape]) -> StepShape:
         """Many steps as one shape of numpy arrays (one entry per step), for vectorized pricing."""
-        return StepShape(*(np.array([getattr(s, f.name) for s in shapes], dtype=float) for f in fields(StepShape)))
+        columns = (np.array([getattr(s, f.name) for s in shapes], dtype=float) for f in fields(StepShape))
+        return StepShape(*columns)  # type: ignore[arg-type]  # arrays where one step has ints: the same arithmetic
 
 
 def roofline_terms(model: ModelSpec, dtype: str, shape: StepShape) -> list[tuple[float, float]]:

@@ -93,6 +93,9 @@ def build_sim_executor(config: EngineConfig, model: Any = None, tokenizer: Any =
         raise ValueError("executor='sim' runs no model: do not pass model= or tokenizer=")
     if config.hardware is None:
         raise ValueError("executor='sim' needs hardware=..., e.g. 'H100-SXM' (see minfer.sim.HARDWARE)")
+    if not isinstance(config.model, (str, ModelSpec)) or not isinstance(config.hardware, (str, HardwareSpec)):
+        raise ValueError(f"executor='sim' takes model= a name or a ModelSpec and hardware= a name or a HardwareSpec, "
+                         f"got {type(config.model).__name__} and {type(config.hardware).__name__}")
     spec = get_model_spec(config.model)
     hardware = get_hardware(config.hardware)
     dtype = hardware.dtype if config.dtype == "auto" else config.dtype

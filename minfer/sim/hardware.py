@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import Any, TypedDict
 
 import numpy as np
 
-GB = 1e9
-GiB = 2**30
+GB, GiB = 1e9, 2**30  # a decimal and a binary gigabyte
 TFLOPS = 1e12
 
 
@@ -99,6 +99,32 @@ class HardwareSpec:
         return replace(self, name=f"{n}x{self.name}", peak_flops=flops, memory_bandwidth=self.memory_bandwidth * n,
                        memory_bytes=self.memory_bytes * n, host_link_bandwidth=link)
 
+    def with_shares(self, shares: dict[str, float]) -> HardwareSpec:
+        """This spec with some achieved shares or overheads changed by name (``{"matmul_efficiency": 0.7}``).
+
+        A fit chooses which of them it varies at run time, so their names are checked here."""
+        unknown = sorted(set(shares) - set(SHARE_FIELDS))
+        if unknown:
+            raise ValueError(f"{unknown} are not shares or overheads of a HardwareSpec; they are {SHARE_FIELDS}")
+        changes: dict[str, Any] = dict(shares)  # every name is a float field: checked above
+        return replace(self, **changes)
+
+
+# The fields of a HardwareSpec that say what an engine achieves of the peaks and what it pays besides them.
+SHARE_FIELDS = ("matmul_efficiency", "matmul_half_tokens", "bandwidth_efficiency", "attention_efficiency",
+                "elementwise_passes", "step_overhead", "token_overhead", "sample_overhead", "overlap")
+
+
+class TunedShares(TypedDict):
+    """The shares and the overhead a tuned GPU engine reaches: ``HardwareSpec`` fields by name."""
+
+    matmul_efficiency: float
+    matmul_half_tokens: float
+    bandwidth_efficiency: float
+    attention_efficiency: float
+    elementwise_passes: float
+    step_overhead: float
+
 
 # What a well-tuned engine achieves on a data-centre GPU, as shares of the datasheet peaks, and its fixed cost
 # per step: TensorRT-LLM, the engine that published the measurements (vLLM and SGLang reach less; see
@@ -110,7 +136,7 @@ class HardwareSpec:
 # from published microbenchmarks (FlashAttention-2 reaches about 70% of an A100's peak on long sequences,
 # FlashAttention-3 about 75% of an H100's). For comparison, cuBLAS reaches 70-85% of peak on large GEMMs
 # and streaming kernels 85-90% of HBM bandwidth.
-TUNED_GPU = dict(
+TUNED_GPU = TunedShares(
     matmul_efficiency=0.8275,
     matmul_half_tokens=106.8,
     bandwidth_efficiency=0.8865,
@@ -203,7 +229,7 @@ def get_hardware(spec: str | HardwareSpec, efficiency: bool = True) -> HardwareS
     if isinstance(spec, HardwareSpec):
         return spec if efficiency else spec.roofline()
     m = re.fullmatch(r"(?:(\d+)x)?(.+)", str(spec).strip())
-    count, name = int(m[1] or 1), m[2]
+    count, name = (int(m[1] or 1), m[2]) if m else (1, "")  # no match: an empty name, which no spec has
     known = {k.lower(): v for k, v in HARDWARE.items()} | {k.lower(): HARDWARE[v] for k, v in ALIASES.items()}
     if name.lower() not in known or count < 1:
         raise ValueError(f"unknown hardware {spec!r}: known specs are {', '.join(HARDWARE)} "

@@ -42,13 +42,15 @@ import json
 import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
+from typing import Literal, get_args
 
 import numpy as np
 
 from minfer.sim.cost import RooflineCost, StepShape
+from minfer.sim.executor import SimExecutor
 from minfer.sim.hardware import TUNED_GPU, HardwareSpec, get_hardware
 from minfer.sim.models import ModelSpec, get_model_spec
 
@@ -193,18 +195,22 @@ def engine_config(point: Point, source: Source, hw: HardwareSpec, replicas: int 
                         max_model_len=point.input_len + point.output_len, record_trace=record_trace)
 
 
-class _Recorder:
-    """Stands in for the executor's cost model: prices each step as it would, and keeps the step's shape."""
+@dataclass(slots=True)
+class _Recorder(RooflineCost):
+    """The executor's cost model that also keeps the shape of every step it prices."""
 
-    def __init__(self, cost: RooflineCost) -> None:
-        self.cost, self.shapes = cost, []
+    shapes: list[StepShape] = field(default_factory=list)
 
     def step_time(self, shape: StepShape) -> float:
         self.shapes.append(replace(shape))
-        return self.cost.step_time(shape)
+        return RooflineCost.step_time(self, shape)  # (zero-argument super() fails in a slots dataclass)
 
-    def __getattr__(self, name: str):
-        return getattr(self.cost, name)
+
+def _record_with(engine, recorder: _Recorder) -> None:
+    """Price ``engine``'s steps with ``recorder``: the engine must run the simulator's executor."""
+    if not isinstance(engine.executor, SimExecutor):
+        raise TypeError(f"recording a schedule needs executor='sim', got {type(engine.executor).__name__}")
+    engine.executor.cost = recorder
 
 
 @dataclass(slots=True)
@@ -227,7 +233,8 @@ class OfflineSchedule:
         ran = self.simulated * k  # requests the simulated steps stand for
         if ran >= p.num_requests or not self.steady.any():
             return ran * p.output_len / seconds.sum()
-        rate = k * self.shapes.num_sampled[self.steady].sum() / seconds[self.steady].sum()  # tokens/s, steady
+        sampled = np.asarray(self.shapes.num_sampled)  # one count per step: the shapes are stacked
+        rate = k * sampled[self.steady].sum() / seconds[self.steady].sum()  # tokens/s, steady
         total = seconds.sum() + (p.num_requests - ran) * p.output_len / rate
         return p.num_requests * p.output_len / total
 
@@ -247,8 +254,8 @@ def record_offline(point: Point, source: Source, hw: HardwareSpec) -> OfflineSch
     config = engine_config(point, source, hw, replicas, record_trace=True)
     n = math.ceil(min(point.num_requests, WAVES * concurrency) / replicas)
     engine = LLMEngine(config)
-    recorder = _Recorder(RooflineCost(get_model_spec(point.model), hw, hw.dtype, replicas))
-    engine.executor.cost = recorder
+    recorder = _Recorder(get_model_spec(point.model), hw, hw.dtype, replicas)
+    _record_with(engine, recorder)
     submit(engine, [WorkItem(0.0, point.input_len, point.output_len) for _ in range(n)])
     engine.run()
     trace = engine.trace
@@ -328,13 +335,16 @@ def simulate_online(point: Point, source: Source, hw: HardwareSpec) -> OnlineRun
                      [np.array(r.metrics.token_times) for r in done])
 
 
-def _run_key(point: Point, hw: HardwareSpec) -> tuple:
+RunKey = tuple[str, str, int, int, int, float | None, str]
+
+
+def _run_key(point: Point, hw: HardwareSpec) -> RunKey:
     """Points that share a run (its TTFT, ITL and throughput) share this key."""
     return (point.source, point.model, point.input_len, point.output_len, point.num_requests, point.rate, repr(hw))
 
 
 def predict(point: Point, source: Source, hardware: HardwareSpec | None = None,
-            frontend: Frontend | None = None, runs: dict | None = None) -> float:
+            frontend: Frontend | None = None, runs: dict[RunKey, OnlineRun] | None = None) -> float:
     """What the simulator predicts for ``point``, in the point's unit. ``hardware``: instead of the built-in spec
     of the point's GPU (e.g. its roofline); ``frontend``: instead of the source's; ``runs``: a cache of online
     runs, so that the TTFT, ITL and throughput of one run are simulated once."""
@@ -375,7 +385,9 @@ def validate(points: Iterable[Point], table: Table, hardware: Callable[[Point], 
     from tqdm.auto import tqdm
 
     frontends = FRONTENDS if frontends is None else frontends
-    points, runs, rows = list(points), {}, []
+    points = list(points)
+    runs: dict[RunKey, OnlineRun] = {}
+    rows: list[Row] = []
     for p in tqdm(points, disable=not progress, desc="points", unit="pt"):
         source = table.sources[p.source]
         frontend = frontends[source.frontend] if source.frontend else None
@@ -434,8 +446,9 @@ def format_summaries(rows: Sequence[Row]) -> str:
 # The shares fitted. The attention kernels' share is not: published microbenchmarks give it (FlashAttention-2
 # reaches about 70% of an A100's peak on long sequences; FlashAttention-3 about 75% of an H100's), and the
 # table's long prompts are too few to pin it down beside the matrix products' share.
-FIT_PARAMETERS = ("matmul_efficiency", "matmul_half_tokens", "bandwidth_efficiency", "step_overhead",
-                  "elementwise_passes")
+FitParameter = Literal["matmul_efficiency", "matmul_half_tokens", "bandwidth_efficiency", "step_overhead",
+                       "elementwise_passes"]
+FIT_PARAMETERS: tuple[FitParameter, ...] = get_args(FitParameter)
 UPPER = {"matmul_efficiency": 1.0, "bandwidth_efficiency": 1.0}  # shares of a peak; the others are >= 0
 
 
@@ -450,7 +463,7 @@ class OnlineSchedule:
 
     def itl_ms(self, cost: RooflineCost) -> float:
         seconds = cost.step_times(self.shapes)
-        decodes = self.shapes.num_decode_tokens
+        decodes = np.asarray(self.shapes.num_decode_tokens)
         return 1e3 * float((decodes * seconds).sum() / decodes.sum())
 
 
@@ -459,8 +472,8 @@ def record_online(point: Point, source: Source, hw: HardwareSpec) -> OnlineSched
     from minfer.workload import submit
 
     engine = LLMEngine(engine_config(point, source, hw))
-    recorder = _Recorder(RooflineCost(get_model_spec(point.model), hw, hw.dtype))
-    engine.executor.cost = recorder
+    recorder = _Recorder(get_model_spec(point.model), hw, hw.dtype)
+    _record_with(engine, recorder)
     submit(engine, online_workload(point))
     engine.run()
     return OnlineSchedule(point, StepShape.stack(recorder.shapes))
@@ -491,29 +504,34 @@ def fit(table: Table, start: dict[str, float] | None = None, progress: bool = Fa
     online = [p for p in chosen if p.metric == "itl_mean"]  # the engine's step time: no front end in it
     hardware = {p.id: point_hardware(p) for p in offline + online}
     model = {p.id: get_model_spec(p.model) for p in offline + online}
-    schedules = {p.id: record_offline(p, table.sources[p.source], hardware[p.id])
-                 for p in tqdm(offline, disable=not progress, desc="recording offline runs", unit="pt")}
+    offline_schedules = {p.id: record_offline(p, table.sources[p.source], hardware[p.id])
+                         for p in tqdm(offline, disable=not progress, desc="recording offline runs", unit="pt")}
+    online_schedules: dict[str, OnlineSchedule] = {}
 
     def loss(values: dict[str, float]) -> float:
         total = 0.0
         for p in offline + online:
-            hw, schedule = replace(hardware[p.id], **values), schedules[p.id]
-            cost = RooflineCost(model[p.id], hw, hw.dtype, getattr(schedule, "replicas", 1))
-            value = schedule.throughput(cost) if p in offline else schedule.itl_ms(cost)
+            hw = hardware[p.id].with_shares(values)
+            if p in offline:
+                schedule = offline_schedules[p.id]
+                value = schedule.throughput(RooflineCost(model[p.id], hw, hw.dtype, schedule.replicas))
+            else:
+                value = online_schedules[p.id].itl_ms(RooflineCost(model[p.id], hw, hw.dtype))
             total += math.log(value / p.value) ** 2
         return total
 
     for _ in range(2):
         for p in tqdm(online, disable=not progress, desc="recording online runs", unit="pt"):
-            schedules[p.id] = record_online(p, table.sources[p.source], replace(hardware[p.id], **params))
+            online_schedules[p.id] = record_online(p, table.sources[p.source], hardware[p.id].with_shares(params))
         params, best = _pattern_search(loss, params)
 
     frontends = {}
-    for name in {table.sources[p.source].frontend for p in chosen} - {None}:
+    names = {table.sources[p.source].frontend for p in chosen}
+    for name in {n for n in names if n is not None}:
         shaped = [p for p in chosen if table.sources[p.source].frontend == name and p not in online]
-        runs = {}
+        runs: dict[RunKey | str, OnlineRun] = {}  # a run by its key, and again by each point it gives
         for p in tqdm(shaped, disable=not progress, desc=f"simulating {name} runs", unit="pt"):
-            hw = replace(point_hardware(p), **params)
+            hw = point_hardware(p).with_shares(params)
             runs.setdefault(_run_key(p, hw), simulate_online(p, table.sources[p.source], hw))
             runs[p.id] = runs[_run_key(p, hw)]
 
@@ -564,7 +582,7 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
         for name, f in result.frontends.items():
             print(f"  front end {name!r}: latency {1e3 * f.latency:.2f} ms, {f.tokens_per_second:,.0f} tokens/s")
         frontends = result.frontends
-        hardware = lambda p: replace(get_hardware(p.gpu), **result.parameters)  # noqa: E731
+        hardware = lambda p: get_hardware(p.gpu).with_shares(result.parameters)  # noqa: E731
     elif args.roofline:
         hardware = lambda p: get_hardware(p.gpu).roofline()  # noqa: E731
         frontends = dict.fromkeys(FRONTENDS, Frontend())  # nothing but the engine
