@@ -293,3 +293,20 @@ def test_fit_with_fewer_free_overheads():
     assert fitted.token_overhead == 0.0 and fitted.overlap == 0.0
     assert fitted.flops("float32") == pytest.approx(180e9, rel=0.15)
     assert fitted.sample_overhead == pytest.approx(2e-3, rel=0.15)
+
+
+def test_with_shares_changes_named_shares_and_rejects_other_fields():
+    h100 = HARDWARE["H100-SXM"]
+    tuned = h100.with_shares({"matmul_efficiency": 0.5, "step_overhead": 1e-3})
+    assert tuned == replace(h100, matmul_efficiency=0.5, step_overhead=1e-3)
+    with pytest.raises(ValueError, match="memory_bandwidth"):
+        h100.with_shares({"memory_bandwidth": 1e12})  # a datasheet figure, not a share
+
+
+def test_spec_arguments_fail_with_clear_errors():
+    with pytest.raises(ValueError, match="unknown hardware ''"):
+        get_hardware("")
+    with pytest.raises(ValueError, match="model must name a checkpoint"):
+        _ = EngineConfig(model=MODELS["llama-3-8b"]).checkpoint
+    with pytest.raises(ValueError, match="a name or a ModelSpec"):
+        LLMEngine(EngineConfig(executor="sim", model=object(), hardware="H100-SXM"))  # type: ignore[arg-type]
