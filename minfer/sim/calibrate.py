@@ -201,7 +201,7 @@ def fit(samples: Sequence[Sample], model: ModelSpec | None = None, dtype: str = 
         fits = [(_grid_fit(flops, nbytes, solver, o, rounds), o) for o in overlaps]
         (_, f, bw, coef), overlap = min(fits, key=lambda x: x[0][0])
         spec = replace(base, peak_flops={**base.peak_flops, dtype: float(f)}, memory_bandwidth=float(bw),
-                       overlap=overlap, **{name: float(c) for name, c in zip(overheads, coef)})
+                       overlap=overlap).with_shares({name: float(c) for name, c in zip(overheads, coef)})
         errors = percentage_errors(spec, samples, model, dtype)
         limit = max(trim * statistics.median(errors), 5.0)  # in percent; a step within 5% is never dropped
         samples = [s for s, e in zip(samples, errors) if e <= limit]
