@@ -686,3 +686,13 @@ def test_narration_and_rows_use_the_recorded_reasons_tenants_and_priorities(pres
     frame = dashboard_frame(Recording(trace=trace, snapshots=rec.snapshots, metrics=rec.metrics), k,
                             ColorMap(), FrameOptions())
     assert "r1 · bob · priority 2" in frame["legend"] and why in frame["narration"]
+
+
+def test_check_figure_needs_no_title_on_an_axis_of_labels():
+    labelled = style.figure([{"type": "bar", "x": ["reference", "kernel"], "y": [3.0, 1.0]}],
+                            {"yaxis": {"title": {"text": "MB moved"}}})
+    assert style.check_figure(labelled) == []
+    boxes = style.figure([{"type": "box", "y": [1.0, 2.0], "name": "client"}], {"yaxis": {"title": {"text": "ms"}}})
+    assert style.check_figure(boxes) == []
+    numbers = style.figure([{"type": "bar", "x": [1, 2], "y": [3.0, 1.0]}], {"yaxis": {"title": {"text": "MB"}}})
+    assert style.check_figure(numbers) == ["xaxis has no title (say what is counted, with units)"]

@@ -253,6 +253,8 @@ def check_figure(fig: go.Figure | Mapping) -> list[str]:
         ax = layout.get(name, {})
         if ax.get("visible") is False or ax.get("type") in ("category", "multicategory"):
             continue
+        if _axis_is_categorical(spec, name):  # bars named by label, boxes by name: the labels say it all
+            continue
         if ax.get("matches") or ax.get("showticklabels") is False:  # shares a titled axis (stacked panels)
             continue
         if not _axis_has_data(spec, name) and name not in layout:
@@ -270,6 +272,26 @@ def _plain(obj: Any) -> dict:
 
 def _axis_name(ref: str) -> str:
     return ("xaxis" if ref.startswith("x") else "yaxis") + ref[1:]
+
+
+def _axis_is_categorical(spec: Mapping, name: str) -> bool:
+    """Every trace on this axis places its points by label (strings, or a box's name where it has no values
+    along this axis): plotly draws a category axis, which needs no title with units."""
+    ref = ("x" if name.startswith("x") else "y") + name[5:]
+    key = "xaxis" if name.startswith("x") else "yaxis"
+    traces = [t for t in spec.get("data", []) if t.get(key, ref[0]) == ref]
+    letter = ref[0]
+
+    def by_label(trace: Mapping) -> bool:
+        values = trace.get(letter)
+        if values is None:  # a vertical box sits at its name on x; a horizontal one at its name on y
+            across = "v" if letter == "x" else "h"
+            return trace.get("type") in ("box", "violin") and trace.get("orientation", "v") == across
+        if isinstance(values, Mapping):  # plotly's typed-array encoding: numbers
+            return False
+        return len(values) > 0 and all(isinstance(v, str) for v in values)
+
+    return bool(traces) and all(by_label(t) for t in traces)
 
 
 def _axis_has_data(spec: Mapping, name: str) -> bool:
