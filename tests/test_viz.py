@@ -689,6 +689,8 @@ def test_narration_and_rows_use_the_recorded_reasons_tenants_and_priorities(pres
 
 
 def test_check_figure_needs_no_title_on_an_axis_of_labels():
+    from minfer.viz import style
+
     labelled = style.figure([{"type": "bar", "x": ["reference", "kernel"], "y": [3.0, 1.0]}],
                             {"yaxis": {"title": {"text": "MB moved"}}})
     assert style.check_figure(labelled) == []
