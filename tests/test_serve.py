@@ -29,6 +29,10 @@ from minfer.workload import WorkItem
 
 GREEDY = dict(temperature=0, ignore_eos=True)
 
+# The engine steps in the server's worker thread: an exercise's stub fails there and reaches a test as an HTTP
+# error, not as its NotImplementedError, so in a student build these tests wait for the engine's exercises.
+pytestmark = pytest.mark.needs_exercise("E3.1", "E4.1", "E5.1", "E6.1", "E8.1")
+
 
 @pytest.fixture(autouse=True, scope="module")
 def one_thread():
