@@ -203,14 +203,20 @@ def test_swap_with_prefix_caching_and_priority_preemption_stays_exact(tiny, reco
         assert outs[rid].outputs[0].token_ids == list(alone(tuple(prompt), 12)), rid
 
 
-def test_aborting_a_swapped_out_request_frees_its_host_blocks(tiny):
+def swapped_out_storm(tiny) -> LLMEngine:
+    """A swap engine under the preemption storm, stepped until some victim's blocks sit in the host pool
+    (``tiny_engine`` checks the invariants after every step)."""
     e = tiny_engine(tiny, num_blocks=16, block_size=4, chunked_prefill_size=8, max_num_seqs=8,
                     preemption_mode="swap", num_swap_blocks=64)
     for rid, prompt, n in storm_workload():
         e.add_request(rid, prompt, greedy(n))
     while not e.host_pool.tables:
         e.step()
-        e.scheduler.check_invariants()
+    return e
+
+
+def test_aborting_a_swapped_out_request_frees_its_host_blocks(tiny):
+    e = swapped_out_storm(tiny)
     victim = next(iter(e.host_pool.tables))
     assert e.abort_request(victim)
     assert victim not in e.host_pool and e.host_pool.num_used_blocks == sum(map(len, e.host_pool.tables.values()))
@@ -220,12 +226,7 @@ def test_aborting_a_swapped_out_request_frees_its_host_blocks(tiny):
 
 
 def test_invariants_catch_a_host_pool_out_of_step(tiny):
-    e = tiny_engine(tiny, num_blocks=16, block_size=4, chunked_prefill_size=8, max_num_seqs=8,
-                    preemption_mode="swap", num_swap_blocks=64)
-    for rid, prompt, n in storm_workload():
-        e.add_request(rid, prompt, greedy(n))
-    while not e.host_pool.tables:
-        e.step()
+    e = swapped_out_storm(tiny)
     victim, table = next(iter(e.host_pool.tables.items()))
     e.host_pool.given_back.append(table[0])  # a block both held and free
     with pytest.raises(AssertionError, match="host block"):
