@@ -277,10 +277,8 @@ def _axis_name(ref: str) -> str:
 def _axis_is_categorical(spec: Mapping, name: str) -> bool:
     """Every trace on this axis places its points by label (strings, or a box's name where it has no values
     along this axis): plotly draws a category axis, which needs no title with units."""
-    ref = ("x" if name.startswith("x") else "y") + name[5:]
-    key = "xaxis" if name.startswith("x") else "yaxis"
-    traces = [t for t in spec.get("data", []) if t.get(key, ref[0]) == ref]
-    letter = ref[0]
+    traces = _traces_on(spec, name)
+    letter = name[0]
 
     def by_label(trace: Mapping) -> bool:
         values = trace.get(letter)
@@ -294,10 +292,15 @@ def _axis_is_categorical(spec: Mapping, name: str) -> bool:
     return bool(traces) and all(by_label(t) for t in traces)
 
 
+def _traces_on(spec: Mapping, name: str) -> list[Mapping]:
+    """The traces drawn against axis ``name`` ("xaxis2" -> traces whose ``xaxis`` is "x2"; unset means "x")."""
+    ref = name[0] + name[5:]
+    key = name[:5]
+    return [t for t in spec.get("data", []) if t.get(key, ref[0]) == ref]
+
+
 def _axis_has_data(spec: Mapping, name: str) -> bool:
-    ref = ("x" if name.startswith("x") else "y") + name[5:]
-    key = "xaxis" if name.startswith("x") else "yaxis"
-    return any(t.get(key, ref[0]) == ref for t in spec.get("data", []))
+    return bool(_traces_on(spec, name))
 
 
 # ---- colour distance (for tests and for anyone adding a colour) ------------------------------------------
