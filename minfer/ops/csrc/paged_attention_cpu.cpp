@@ -3,28 +3,36 @@
 // The PyTorch reference (minfer/ops/paged_attention.py) first *copies* every request's K and V out of
 // their scattered blocks into one padded tensor, then scaled_dot_product_attention reads that copy again:
 // three passes over the cache, plus the padding. A decode step is bound by memory traffic, not arithmetic
-// (one query row per request meets its whole context), so this kernel makes one pass: for each
-// (request, KV head) it walks the block table, and every key and value row is read once, where it lies.
+// (one query row per request meets its whole context), so this kernel makes one pass: for each request it
+// walks the block table, and every key and value row is read once, where it lies.
 //
-// One task per (request, KV head) pair; the task serves all G = Hq / Hkv query heads that share that KV
-// head (grouped-query attention), so a K row, once loaded, is used G times. Threads take tasks one at a
-// time (OpenMP's dynamic schedule): the runner sorts decodes longest first, so handing each thread a fixed
-// half of the list would give one thread most of the work.
-// Softmax is the plain two-pass kind: all scores first (a few KB), then exp and the sum, then the
-// weighted sum of V rows. Accumulation is in float32 whatever the cache's dtype.
+// One task per request. A block holds block_size tokens, each with the rows of every KV head side by side,
+// so a task reads each block as one contiguous stretch of memory -- the pattern the CPU's prefetcher follows
+// best (a task per (request, KV head) read a third of every row and was about 30% slower). Inside a block
+// the loop goes token by token, KV head by KV head, and each key row serves the G = Hq / Hkv query heads that
+// share it (grouped-query attention). Threads take requests one at a time (OpenMP's dynamic schedule): the
+// runner sorts decodes longest first, so a fixed half of the list each would leave one thread most of the work.
+// Softmax is the plain two-pass kind: all scores first (a few KB), then exp and the sum, then the weighted
+// sum of V rows. Accumulation is in float32 whatever the cache's dtype.
+//
+// The head size is a template parameter for the common sizes (64, 128): with a constant trip count the
+// compiler unrolls the loops over it into a handful of vector instructions. Walking the table block by block,
+// rather than computing table[t / block_size] for every token t, also keeps an integer division (tens of cycles)
+// out of the innermost loop.
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>  // at::get_num_threads: as many threads as PyTorch's own operators
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
-template <typename scalar_t>
+template <typename scalar_t, int64_t kHeadDim>  // kHeadDim: the head size, or 0 to read it at run time
 static void decode_attention_kernel(const torch::Tensor& q, const torch::Tensor& k_cache,
                                     const torch::Tensor& v_cache, const torch::Tensor& block_tables,
                                     const torch::Tensor& seq_lens, double scale, torch::Tensor& out) {
-  const int64_t num_reqs = q.size(0), num_heads = q.size(1), head_dim = q.size(2);
+  const int64_t num_reqs = q.size(0), num_heads = q.size(1), head_dim = kHeadDim > 0 ? kHeadDim : q.size(2);
   const int64_t block_size = k_cache.size(1), num_kv_heads = k_cache.size(2);
   const int64_t group = num_heads / num_kv_heads;  // query heads per KV head
   const int64_t q_row = q.stride(0), q_head = q.stride(1), out_row = out.stride(0), out_head = out.stride(1);
@@ -39,60 +47,65 @@ static void decode_attention_kernel(const torch::Tensor& q, const torch::Tensor&
   const int64_t* lens = seq_lens.data_ptr<int64_t>();
   scalar_t* out_ptr = out.data_ptr<scalar_t>();
 
-  const int64_t num_tasks = num_reqs * num_kv_heads;
 #pragma omp parallel num_threads(at::get_num_threads())
   {
-    std::vector<float> queries, scores, max_score, acc;  // per thread, reused across tasks
+    std::vector<float> queries, scores, acc, inv_sum;  // per thread, reused across requests
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < num_tasks; ++task) {
-      const int64_t r = task / num_kv_heads, h = task % num_kv_heads, len = lens[r];
+    for (int64_t r = 0; r < num_reqs; ++r) {
+      const int64_t len = lens[r], num_blocks = (len + block_size - 1) / block_size;
       const int32_t* table = tables + r * max_blocks;
-      // where token t's row for KV head h lies: block table[t / B], slot t % B
-      auto row = [&](const scalar_t* cache, int64_t t) {
-        return cache + table[t / block_size] * block_stride + (t % block_size) * token_stride + h * head_dim;
-      };
 
-      // this group's query rows, in float32 and pre-scaled by 1/sqrt(head_dim)
-      queries.resize(group * head_dim);
-      for (int64_t g = 0; g < group; ++g)
+      // every query head's row, in float32 and pre-scaled by 1/sqrt(head_dim)
+      queries.resize(num_heads * head_dim);
+      for (int64_t hq = 0; hq < num_heads; ++hq)
         for (int64_t d = 0; d < head_dim; ++d)
-          queries[g * head_dim + d] = float(q_ptr[r * q_row + (h * group + g) * q_head + d]) * float(scale);
+          queries[hq * head_dim + d] = float(q_ptr[r * q_row + hq * q_head + d]) * float(scale);
 
-      // pass 1: every score, and each head's maximum (for a softmax that cannot overflow)
-      scores.resize(group * len);
-      max_score.assign(group, -std::numeric_limits<float>::infinity());
-      for (int64_t t = 0; t < len; ++t) {
-        const scalar_t* k = row(k_ptr, t);
-        for (int64_t g = 0; g < group; ++g) {
-          const float* qg = queries.data() + g * head_dim;
-          float s = 0.f;
+      // pass 1: every score, block by block: token `first + i` is slot i of block table[b]
+      scores.resize(num_heads * len);  // one row of len scores per query head
+      for (int64_t b = 0; b < num_blocks; ++b) {
+        const scalar_t* block = k_ptr + table[b] * block_stride;
+        const int64_t first = b * block_size, n = std::min(block_size, len - first);
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t h = 0; h < num_kv_heads; ++h) {
+            const scalar_t* k = block + i * token_stride + h * head_dim;
+            for (int64_t hq = h * group; hq < (h + 1) * group; ++hq) {
+              const float* qh = queries.data() + hq * head_dim;
+              float s = 0.f;
 #pragma omp simd reduction(+ : s)
-          for (int64_t d = 0; d < head_dim; ++d) s += qg[d] * float(k[d]);
-          scores[g * len + t] = s;
-          max_score[g] = std::max(max_score[g], s);
-        }
+              for (int64_t d = 0; d < head_dim; ++d) s += qh[d] * float(k[d]);
+              scores[hq * len + first + i] = s;
+            }
+          }
       }
-      // softmax weights: exp(s - max) / sum
-      for (int64_t g = 0; g < group; ++g) {
-        float* sg = scores.data() + g * len;
-        float sum = 0.f;
-        for (int64_t t = 0; t < len; ++t) sum += (sg[t] = std::exp(sg[t] - max_score[g]));
-        for (int64_t t = 0; t < len; ++t) sg[t] /= sum;
+      // softmax weights: exp(s - max), and 1 / their sum (applied once, to the output)
+      inv_sum.resize(num_heads);
+      for (int64_t hq = 0; hq < num_heads; ++hq) {
+        float* s = scores.data() + hq * len;
+        float max = -std::numeric_limits<float>::infinity(), sum = 0.f;
+        for (int64_t t = 0; t < len; ++t) max = std::max(max, s[t]);
+        for (int64_t t = 0; t < len; ++t) sum += (s[t] = std::exp(s[t] - max));
+        inv_sum[hq] = 1.f / sum;
       }
-      // pass 2: the weighted sum of value rows
-      acc.assign(group * head_dim, 0.f);
-      for (int64_t t = 0; t < len; ++t) {
-        const scalar_t* v = row(v_ptr, t);
-        for (int64_t g = 0; g < group; ++g) {
-          const float p = scores[g * len + t];
-          float* a = acc.data() + g * head_dim;
+      // pass 2: the weighted sum of value rows, block by block again
+      acc.assign(num_heads * head_dim, 0.f);
+      for (int64_t b = 0; b < num_blocks; ++b) {
+        const scalar_t* block = v_ptr + table[b] * block_stride;
+        const int64_t first = b * block_size, n = std::min(block_size, len - first);
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t h = 0; h < num_kv_heads; ++h) {
+            const scalar_t* v = block + i * token_stride + h * head_dim;
+            for (int64_t hq = h * group; hq < (h + 1) * group; ++hq) {
+              const float p = scores[hq * len + first + i];
+              float* a = acc.data() + hq * head_dim;
 #pragma omp simd
-          for (int64_t d = 0; d < head_dim; ++d) a[d] += p * float(v[d]);
-        }
+              for (int64_t d = 0; d < head_dim; ++d) a[d] += p * float(v[d]);
+            }
+          }
       }
-      for (int64_t g = 0; g < group; ++g)
+      for (int64_t hq = 0; hq < num_heads; ++hq)
         for (int64_t d = 0; d < head_dim; ++d)
-          out_ptr[r * out_row + (h * group + g) * out_head + d] = scalar_t(acc[g * head_dim + d]);
+          out_ptr[r * out_row + hq * out_head + d] = scalar_t(acc[hq * head_dim + d] * inv_sum[hq]);
     }
   }
 }
@@ -113,7 +126,11 @@ void decode_attention(const torch::Tensor& q, const torch::Tensor& k_cache, cons
               "block_tables must be contiguous int32");
   TORCH_CHECK(seq_lens.scalar_type() == torch::kInt64 && seq_lens.is_contiguous(), "seq_lens must be int64");
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "decode_attention", [&] {
-    decode_attention_kernel<scalar_t>(q, k_cache, v_cache, block_tables, seq_lens, scale, out);
+    switch (q.size(2)) {  // the common head sizes get loops of constant length
+      case 64: decode_attention_kernel<scalar_t, 64>(q, k_cache, v_cache, block_tables, seq_lens, scale, out); break;
+      case 128: decode_attention_kernel<scalar_t, 128>(q, k_cache, v_cache, block_tables, seq_lens, scale, out); break;
+      default: decode_attention_kernel<scalar_t, 0>(q, k_cache, v_cache, block_tables, seq_lens, scale, out);
+    }
   });
 }
 
