@@ -48,6 +48,21 @@ def compiler_flags() -> list[str]:
     return flags
 
 
+def build_folder() -> Path:
+    """One folder per PyTorch installation and kernel source, under minfer's cache folder.
+
+    Per installation: two environments with the same torch version compile against different header paths,
+    and sharing a folder would make each rebuild (and overwrite) the other's module. Per source, by content
+    and not by path: the build rule names the file it compiles, so two checkouts of the same kernel (a
+    student copy beside the repository) would each rebuild the other's module if they compiled their own
+    file; they compile the folder's copy instead, once. An edited kernel gets a folder of its own."""
+    where = hashlib.sha1(str(Path(torch.__file__).resolve().parent).encode()).hexdigest()[:8]
+    kernel_hash = hashlib.sha1(SOURCE.read_bytes()).hexdigest()[:8]
+    build = cache_root() / "extensions" / f"torch-{torch.__version__}-{where}" / f"kernel-{kernel_hash}"
+    build.mkdir(parents=True, exist_ok=True)
+    return build
+
+
 @functools.cache
 def kernel():
     """The compiled extension module (built once per machine and PyTorch version, then loaded)."""
@@ -56,16 +71,17 @@ def kernel():
     if not have_compiler():
         raise RuntimeError("attention_backend='cpp' compiles a C++ kernel, but no C++ compiler was found "
                            "(install g++ or clang, or set CXX); attention_backend='torch' needs none")
-    # one folder per PyTorch installation: two environments with the same torch version compile against different
-    # header paths, and sharing a folder would make each rebuild (and overwrite) the other's module
-    where = hashlib.sha1(str(Path(torch.__file__).resolve().parent).encode()).hexdigest()[:8]
-    build = cache_root() / "extensions" / f"torch-{torch.__version__}-{where}"
-    build.mkdir(parents=True, exist_ok=True)
+    build = build_folder()
+    source = build / SOURCE.name
+    if not source.exists():  # compiled from a copy in the folder: see build_folder
+        partial = source.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_bytes(SOURCE.read_bytes())
+        partial.replace(source)  # atomic: a process starting beside this one reads the whole file or none
     if not any(build.glob(f"{NAME}*.so")) and not any(build.glob(f"{NAME}*.pyd")):
         print(f"minfer: compiling the CPU paged-attention kernel into {build} (once, about 30 s)", file=sys.stderr)
     flags = compiler_flags()
     try:
-        return load(NAME, [str(SOURCE)], extra_cflags=flags, build_directory=str(build),
+        return load(NAME, [str(source)], extra_cflags=flags, build_directory=str(build),
                     extra_ldflags=["-fopenmp"] if "-fopenmp" in flags else [])  # MSVC links OpenMP by itself
     except Exception as e:  # the compiler's own log is above; say what to do instead
         raise RuntimeError(f"could not build the CPU paged-attention kernel ({e}); "
