@@ -9,6 +9,7 @@ goes on with exactly the tokens it would have had.
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -198,3 +199,17 @@ def test_any_value_is_refused_cleanly_or_served(tiny, params, add):
     assert final["ok"].outputs[0].token_ids == list(alone(REF_PROMPT, REF_TOKENS))
     if served and add["request_id"] != "ok":
         assert final[add["request_id"]].outputs[0].finish_reason in ("stop", "length")
+
+
+def test_a_token_list_is_checked_in_bulk_but_a_refusal_names_the_entry():
+    """Plain ints take the fast path; NumPy ints and a bad entry go element by element."""
+    import numpy as np
+
+    from minfer import fields
+
+    assert fields.integer_list("ids", (3, 4, 5), 0, 9) == [3, 4, 5]
+    converted = fields.integer_list("ids", [np.int64(3), 4], 0, 9)
+    assert converted == [3, 4] and all(type(v) is int for v in converted)
+    for bad, entry in (([1] * 500 + [10], "ids[500]"), ([1, True], "ids[1]"), ([-1, 2], "ids[0]")):
+        with pytest.raises(ValueError, match=re.escape(entry)):
+            fields.integer_list("ids", bad, 0, 9)
