@@ -94,6 +94,25 @@ def test_local_checkpoint_directory_roundtrip(tmp_path):
     torch.testing.assert_close(forward_full(model, ids), ref, atol=1e-4, rtol=1e-4)
 
 
+def test_loading_a_checkpoint_imports_no_compiler(tmp_path):
+    """The loader builds the model on the meta device. An initialiser run there, or a table computed there,
+    goes through PyTorch's Python decompositions, which import its compiler: two seconds at every load."""
+    import subprocess
+    import sys
+
+    from safetensors.torch import save_file
+
+    cfg = tiny_random_config()
+    save_file({k: v.contiguous() for k, v in AutoModelForCausalLM.from_config(
+        AutoConfig.for_model(**cfg.to_hf_dict())).state_dict().items()}, tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps(cfg.to_hf_dict()))
+    code = ("import sys; from pathlib import Path; from minfer.model.loader import load_checkpoint; "
+            f"model = load_checkpoint(Path({str(tmp_path)!r})); "
+            "print(model.rotary.cos.device, 'torch._dynamo' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.stdout.split() == ["cpu", "False"], run.stdout + run.stderr
+
+
 def test_byte_tokenizer_roundtrip_and_chat_template():
     tok = ByteTokenizer()
     text = "héllo, wörld"

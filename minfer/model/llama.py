@@ -48,6 +48,19 @@ class Linear(nn.Module):
         return y if self.bias is None else y + self.bias
 
 
+class Embedding(nn.Module):
+    """One ``[hidden]`` row per token id: ``nn.Embedding`` without its random initialisation. minfer's weights
+    always come from a checkpoint or a seeded generator; the checkpoint loader builds the model on the meta
+    device, where ``nn.Embedding``'s initialisation imports PyTorch's compiler (two seconds at every load)."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(num_embeddings, embedding_dim))
+
+    def forward(self, input_ids: Tensor) -> Tensor:
+        return F.embedding(input_ids, self.weight)
+
+
 def rope_inv_freq(cfg: ModelConfig) -> Tensor:
     """Rotary inverse frequencies, with Llama-3's long-context scaling when the config asks for it."""
     d = cfg.head_dim
@@ -72,9 +85,10 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        pos = torch.arange(cfg.max_position_embeddings, dtype=torch.float)
-        freqs = pos[:, None] * rope_inv_freq(cfg)[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)  # [max_pos, head_dim], same layout as Hugging Face
+        with torch.device("cpu"):  # real tables even when the model is built on the meta device (the loader
+            pos = torch.arange(cfg.max_position_embeddings, dtype=torch.float)  # does); they move with the model
+            freqs = pos[:, None] * rope_inv_freq(cfg)[None, :]
+            emb = torch.cat((freqs, freqs), dim=-1)  # [max_pos, head_dim], same layout as Hugging Face
         self.register_buffer("cos", emb.cos(), persistent=False)
         self.register_buffer("sin", emb.sin(), persistent=False)
 
@@ -126,12 +140,12 @@ class LlamaModel(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.config = cfg
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.rotary = RotaryEmbedding(cfg)
         # the LM head keeps the embedding's [vocab, hidden] layout, so a tied head is the embedding itself
-        self.lm_head = None if cfg.tie_word_embeddings else nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.lm_head = None if cfg.tie_word_embeddings else Embedding(cfg.vocab_size, cfg.hidden_size)
 
     @property
     def device(self) -> torch.device:

@@ -109,10 +109,9 @@ def load_checkpoint(path: Path, device: str | torch.device = "cpu", dtype: torch
     state: dict[str, torch.Tensor] = {}
     for f in files:
         state.update(load_file(f))
-    with torch.device("meta"):
-        model = LlamaModel(cfg)
+    with torch.device("meta"):  # no memory, no initialisation: every weight comes from the checkpoint (the
+        model = LlamaModel(cfg)  # rotary tables, which do not, are computed on the CPU even here)
     model.load_state_dict(fuse_hf_state_dict(cfg, state), strict=True, assign=True)
-    model.rotary = type(model.rotary)(cfg)  # buffers are not in the checkpoint: build them for real
     return model.to(device=device, dtype=dtype).eval()
 
 
