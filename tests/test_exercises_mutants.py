@@ -527,3 +527,17 @@ def test_a_failed_check_leaves_the_engine_as_it_was():
         assert not run_exercise("E3.1").passed
     assert dict(vars(BlockPool)) == before
     assert run_exercise("E3.1").passed
+
+
+@pytest.mark.needs_exercise("E2.1")
+def test_a_check_first_imported_during_a_stand_in_checks_the_reference_after_it():
+    """Checks reach a module-level exercise function through its module, at call time: a check that imported
+    the function itself, first while a wrong answer stood in for it, would check that answer ever after."""
+    import sys
+
+    sys.modules.pop("minfer.exercises.checks.ch02", None)  # imported afresh, inside the stand-in
+    exercise, unit, body, _ = MUTANTS["E2.1 counts one decode pass too many"]
+    with StandIns() as swap:
+        swap.try_body(exercise, unit, body)
+        assert not run_exercise(exercise).passed
+    assert run_exercise(exercise).passed
