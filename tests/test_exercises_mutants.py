@@ -531,8 +531,8 @@ def test_a_failed_check_leaves_the_engine_as_it_was():
 
 @pytest.mark.needs_exercise("E2.1")
 def test_a_check_first_imported_during_a_stand_in_checks_the_reference_after_it():
-    """Checks reach a module-level exercise function through its module, at call time: a check that imported
-    the function itself, first while a wrong answer stood in for it, would check that answer ever after."""
+    """A module imported while a wrong answer stood in for a module-level function took the wrong answer by
+    name; leaving the stand-in gives it the original back, or that check would grade the wrong answer ever after."""
     import sys
 
     sys.modules.pop("minfer.exercises.checks.ch02", None)  # imported afresh, inside the stand-in

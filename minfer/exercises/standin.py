@@ -64,6 +64,7 @@ class Swap:
     owner: Any  # a class or a module
     name: str
     old: Any
+    new: Any
 
 
 @dataclass(slots=True)
@@ -83,6 +84,14 @@ class StandIns:
     def restore(self) -> None:
         for s in reversed(self.swaps):
             setattr(s.owner, s.name, s.old)
+        # a module first imported while a module-level function stood in took the stand-in by name (a checker
+        # imported during another exercise's check): it gets the original back too
+        originals = {id(s.new): s.old for s in self.swaps if isinstance(s.owner, types.ModuleType)}
+        if originals:
+            for mod in list(sys.modules.values()):
+                for n, v in list(getattr(mod, "__dict__", {}).items()):
+                    if id(v) in originals:
+                        setattr(mod, n, originals[id(v)])
         self.swaps.clear()
         self.exercises.clear()
         self.units.clear()
@@ -148,13 +157,13 @@ class StandIns:
         # student's again. Its stand-in replaces only the module's global, which the launching wrapper reads;
         # a notebook's own name for the kernel keeps showing the student's code.)
         getattr(new, "fn", new).__minfer_stand_in__ = exercise
-        self.swaps.append(Swap(owner, name, old))
+        self.swaps.append(Swap(owner, name, old, new))
         setattr(owner, name, new)
         if owner is module and plain:  # a module-level function: every module that imported it by name, too
             for mod in list(sys.modules.values()):
                 names = [n for n, v in list(getattr(mod, "__dict__", {}).items()) if v is old]
                 for n in names:
-                    self.swaps.append(Swap(mod, n, old))
+                    self.swaps.append(Swap(mod, n, old, new))
                     setattr(mod, n, new)
 
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import random
 
-# through the module, at call time: a check imported while a stand-in replaced slot_accounting (a wrong answer
-# tried in place, tests/test_exercises_mutants.py) would otherwise hold on to it for the rest of the process
-from minfer import baselines
+from minfer.baselines import slot_accounting, static_batching
 from minfer.exercises.checks.common import tiny_model
 from minfer.exercises.harness import Measurement, Tester
 from minfer.workload import fixed_mix
@@ -30,17 +28,17 @@ def check_slot_accounting(t: Tester) -> None:
     with t.case("one batch of 3 in 4 slots: prompts 5, 3, 8 and answers 4, 1, 2",
                 hint="the prefill pads every prompt to the longest and samples each row's first token; then one "
                      "decode pass per further token of the longest answer (3 here), finished rows still computing"):
-        same(baselines.slot_accounting([5, 3, 8], [4, 1, 2], 4),
+        same(slot_accounting([5, 3, 8], [4, 1, 2], 4),
              [step(16, padding=8, idle=1), step(2, idle=1, bubbles=1), step(1, idle=1, bubbles=2),
               step(1, idle=1, bubbles=2)], "prompts 5, 3, 8")
 
     with t.case("answers of one token: the prefill samples it, no decode pass follows",
                 hint="the first output token comes out of the prefill pass"):
-        same(baselines.slot_accounting([4, 4], [1, 1], 2), [step(8, slots=2)], "two one-token answers")
+        same(slot_accounting([4, 4], [1, 1], 2), [step(8, slots=2)], "two one-token answers")
 
     with t.case("two full batches, then a third with one request (idle slots)",
                 hint="a batch runs until its own longest answer is done; the last batch may be smaller"):
-        got = baselines.slot_accounting([2, 2, 3, 3, 6], [2, 3, 1, 2, 2], 2)
+        got = slot_accounting([2, 2, 3, 3, 6], [2, 3, 1, 2, 2], 2)
         same(got, [step(4, slots=2), step(2, slots=2), step(1, bubbles=1, slots=2),
                    step(6, slots=2), step(1, bubbles=1, slots=2),
                    step(6, idle=1, slots=2), step(1, idle=1, slots=2)], "5 requests in batches of 2")
@@ -53,7 +51,7 @@ def check_slot_accounting(t: Tester) -> None:
             n, size = rng.randint(1, 12), rng.randint(1, 5)
             prompts = [rng.randint(1, 20) for _ in range(n)]
             outs = [rng.randint(1, 9) for _ in range(n)]
-            steps = baselines.slot_accounting(prompts, outs, size)
+            steps = slot_accounting(prompts, outs, size)
             batches = [range(i, min(i + size, n)) for i in range(0, n, size)]
             assert len(steps) == sum(max(outs[i] for i in b) for b in batches), (
                 f"{len(steps)} passes for prompts {prompts}, answers {outs}, batches of {size}")
@@ -73,15 +71,14 @@ def check_slot_accounting(t: Tester) -> None:
                 hint="static_batching calls slot_accounting; its result.steps are yours"):
         token_prompts = [[5 + i] * length for i, length in enumerate([12, 3, 30, 7, 19])]
         answers = [6, 15, 2, 9, 11]
-        result = baselines.static_batching(tiny_model(), token_prompts, answers, batch_size=2)
-        same(result.steps, baselines.slot_accounting([len(p) for p in token_prompts], answers, 2),
-             "static_batching's steps")
+        result = static_batching(tiny_model(), token_prompts, answers, batch_size=2)
+        same(result.steps, slot_accounting([len(p) for p in token_prompts], answers, 2), "static_batching's steps")
         assert [len(o) for o in result.outputs] == answers
 
 
 def measure_decode_share() -> Measurement:
     work = fixed_mix(n=24, prompt_median=64, output_median=40, max_prompt=256, max_output=96, seed=2)
-    steps = baselines.slot_accounting([w.prompt_len for w in work], [w.output_len for w in work], 8)
+    steps = slot_accounting([w.prompt_len for w in work], [w.output_len for w in work], 8)
     decode = [s for s in steps if s["padding"] == 0 and s["useful"] + s["bubbles"] > 0]
     useful, rows = sum(s["useful"] for s in decode), sum(s["useful"] + s["bubbles"] for s in decode)
     share = useful / rows
