@@ -52,8 +52,18 @@ static void decode_attention_kernel(const torch::Tensor& q, const torch::Tensor&
     std::vector<float> queries, scores, acc, inv_sum;  // per thread, reused across requests
 #pragma omp for schedule(dynamic, 1)
     for (int64_t r = 0; r < num_reqs; ++r) {
-      const int64_t len = lens[r], num_blocks = (len + block_size - 1) / block_size;
+      const int64_t len = lens[r];
       const int32_t* table = tables + r * max_blocks;
+      // visit(row, t, h) for every token t < len and KV head h of `cache`, block by block: token t lies in slot
+      // t % block_size of block table[t / block_size], found here without a division per token
+      auto for_each_row = [&](const scalar_t* cache, auto&& visit) {
+        for (int64_t first = 0, b = 0; first < len; first += block_size, ++b) {
+          const scalar_t* block = cache + table[b] * block_stride;
+          const int64_t n = std::min(block_size, len - first);
+          for (int64_t i = 0; i < n; ++i)
+            for (int64_t h = 0; h < num_kv_heads; ++h) visit(block + i * token_stride + h * head_dim, first + i, h);
+        }
+      };
 
       // every query head's row, in float32 and pre-scaled by 1/sqrt(head_dim)
       queries.resize(num_heads * head_dim);
@@ -61,23 +71,17 @@ static void decode_attention_kernel(const torch::Tensor& q, const torch::Tensor&
         for (int64_t d = 0; d < head_dim; ++d)
           queries[hq * head_dim + d] = float(q_ptr[r * q_row + hq * q_head + d]) * float(scale);
 
-      // pass 1: every score, block by block: token `first + i` is slot i of block table[b]
+      // pass 1: every score; a key row serves the query heads that share its KV head
       scores.resize(num_heads * len);  // one row of len scores per query head
-      for (int64_t b = 0; b < num_blocks; ++b) {
-        const scalar_t* block = k_ptr + table[b] * block_stride;
-        const int64_t first = b * block_size, n = std::min(block_size, len - first);
-        for (int64_t i = 0; i < n; ++i)
-          for (int64_t h = 0; h < num_kv_heads; ++h) {
-            const scalar_t* k = block + i * token_stride + h * head_dim;
-            for (int64_t hq = h * group; hq < (h + 1) * group; ++hq) {
-              const float* qh = queries.data() + hq * head_dim;
-              float s = 0.f;
+      for_each_row(k_ptr, [&](const scalar_t* k, int64_t t, int64_t h) {
+        for (int64_t hq = h * group; hq < (h + 1) * group; ++hq) {
+          const float* qh = queries.data() + hq * head_dim;
+          float s = 0.f;
 #pragma omp simd reduction(+ : s)
-              for (int64_t d = 0; d < head_dim; ++d) s += qh[d] * float(k[d]);
-              scores[hq * len + first + i] = s;
-            }
-          }
-      }
+          for (int64_t d = 0; d < head_dim; ++d) s += qh[d] * float(k[d]);
+          scores[hq * len + t] = s;
+        }
+      });
       // softmax weights: exp(s - max), and 1 / their sum (applied once, to the output)
       inv_sum.resize(num_heads);
       for (int64_t hq = 0; hq < num_heads; ++hq) {
@@ -87,22 +91,16 @@ static void decode_attention_kernel(const torch::Tensor& q, const torch::Tensor&
         for (int64_t t = 0; t < len; ++t) sum += (s[t] = std::exp(s[t] - max));
         inv_sum[hq] = 1.f / sum;
       }
-      // pass 2: the weighted sum of value rows, block by block again
+      // pass 2: the weighted sum of value rows, walked the same way
       acc.assign(num_heads * head_dim, 0.f);
-      for (int64_t b = 0; b < num_blocks; ++b) {
-        const scalar_t* block = v_ptr + table[b] * block_stride;
-        const int64_t first = b * block_size, n = std::min(block_size, len - first);
-        for (int64_t i = 0; i < n; ++i)
-          for (int64_t h = 0; h < num_kv_heads; ++h) {
-            const scalar_t* v = block + i * token_stride + h * head_dim;
-            for (int64_t hq = h * group; hq < (h + 1) * group; ++hq) {
-              const float p = scores[hq * len + first + i];
-              float* a = acc.data() + hq * head_dim;
+      for_each_row(v_ptr, [&](const scalar_t* v, int64_t t, int64_t h) {
+        for (int64_t hq = h * group; hq < (h + 1) * group; ++hq) {
+          const float p = scores[hq * len + t];
+          float* a = acc.data() + hq * head_dim;
 #pragma omp simd
-              for (int64_t d = 0; d < head_dim; ++d) a[d] += p * float(v[d]);
-            }
-          }
-      }
+          for (int64_t d = 0; d < head_dim; ++d) a[d] += p * float(v[d]);
+        }
+      });
       for (int64_t hq = 0; hq < num_heads; ++hq)
         for (int64_t d = 0; d < head_dim; ++d)
           out_ptr[r * out_row + hq * out_head + d] = scalar_t(acc[hq * head_dim + d] * inv_sum[hq]);
