@@ -17,6 +17,7 @@ from minfer.types import (
     BackendName,
     DType,
     ExecutorName,
+    LinearBackendName,
     PolicyName,
     PreemptionMode,
     ResumeRule,
@@ -29,13 +30,14 @@ POLICIES = allowed(PolicyName)
 ADMISSIONS = allowed(AdmissionMode)
 EXECUTORS = allowed(ExecutorName)
 BACKENDS = allowed(BackendName)
+LINEAR_BACKENDS = allowed(LinearBackendName)
 DTYPES = allowed(DType)
 TIMEOUT_ACTIONS = allowed(TimeoutAction)
 PREEMPTION_MODES = allowed(PreemptionMode)
 RESUME_RULES = allowed(ResumeRule)
 
-__all__ = ["ADMISSIONS", "BACKENDS", "DTYPES", "EXECUTORS", "POLICIES", "PREEMPTION_MODES", "RESUME_RULES",
-           "TIMEOUT_ACTIONS", "EngineConfig", "parse_bytes"]
+__all__ = ["ADMISSIONS", "BACKENDS", "DTYPES", "EXECUTORS", "LINEAR_BACKENDS", "POLICIES", "PREEMPTION_MODES",
+           "RESUME_RULES", "TIMEOUT_ACTIONS", "EngineConfig", "parse_bytes"]
 
 
 class SimSpec(Protocol):
@@ -57,6 +59,7 @@ class EngineConfig:
     executor: ExecutorName = "model"  # "model" (real forward passes) or "sim" (roofline cost model, no weights)
     hardware: str | SimSpec | None = None  # sim only: a hardware spec name such as "H100-SXM", or a spec
     attention_backend: BackendName = "auto"  # a name in minfer.ops.backends.BACKENDS; auto: per device
+    linear_backend: LinearBackendName = "auto"  # matrix products: "torch" (x @ W) or "onednn" (packed, CPU); auto
     cuda_graphs: bool = True  # capture decode steps in CUDA graphs (CUDA only)
     seed: int = 0  # for requests sampled without their own seed
 
@@ -103,6 +106,7 @@ class EngineConfig:
         check.one_of("admission", self.admission, ADMISSIONS)
         check.one_of("executor", self.executor, EXECUTORS)
         check.one_of("attention_backend", self.attention_backend, BACKENDS)
+        check.one_of("linear_backend", self.linear_backend, LINEAR_BACKENDS)
         check.one_of("dtype", self.dtype, DTYPES)
         check.one_of("queue_timeout_action", self.queue_timeout_action, TIMEOUT_ACTIONS)
         check.one_of("preemption_mode", self.preemption_mode, PREEMPTION_MODES)
@@ -119,6 +123,8 @@ class EngineConfig:
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
         if self.attention_backend == "cpp" and self.device != "cpu":
             raise ValueError("attention_backend='cpp' is a CPU kernel; on CUDA use 'triton' (or 'auto')")
+        if self.linear_backend == "onednn" and self.device != "cpu":
+            raise ValueError("linear_backend='onednn' packs weights for CPU kernels; on CUDA use 'torch' (or 'auto')")
         for name in ("block_size", "max_num_seqs", "chunked_prefill_size", "max_prefill_chunks_per_step"):
             check.integer(name, getattr(self, name), 1)
         for name in ("num_blocks", "max_model_len", "max_num_batched_tokens"):

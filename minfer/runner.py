@@ -36,9 +36,12 @@ from minfer.units import parse_bytes
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaModel, kv_cache: PagedKVCache, seed: int = 0) -> None:
+    def __init__(self, model: LlamaModel, kv_cache: PagedKVCache, seed: int = 0, linear_backend: str = "torch") -> None:
         self.model, self.kv_cache = model, kv_cache
         self.device = model.device
+        # "torch" or "onednn" (minfer/ops/linear.py), set on the model at every step: engines may share a model
+        self.linear_backend = linear_backend
+        model.use_linear_backend(linear_backend)
         self.generator = torch.Generator().manual_seed(seed)
         # forward(input_ids, positions, meta) -> hidden; the CUDA path swaps in a graph-replaying version
         self.forward: Callable[[Tensor, Tensor, AttentionMetadata], Tensor] = self.eager_forward
@@ -92,6 +95,7 @@ class ModelRunner:
         # decodes first, longest context first: the reference attention batches them
         chunks = sorted(out.chunks, key=lambda c: (not c.is_decode, -c.start))
         input_ids, positions, meta = self.prepare(chunks)
+        self.model.use_linear_backend(self.linear_backend)  # a no-op unless another engine changed it
         hidden = self.forward(input_ids, positions, meta)
         rows = [i for i, c in enumerate(chunks) if c.samples]
         if not rows:
@@ -119,6 +123,7 @@ def build_model_executor(config: EngineConfig, model: Any = None, tokenizer: Any
     from minfer.kv.cache import bytes_per_block, num_blocks_for_gpu, num_blocks_for_memory
     from minfer.model.loader import load_model
     from minfer.ops.backends import load_backend, resolve_backend
+    from minfer.ops.linear import resolve_linear_backend
 
     cfg = config
     dtype = resolve_dtype(cfg.dtype, cfg.device)
@@ -152,7 +157,8 @@ def build_model_executor(config: EngineConfig, model: Any = None, tokenizer: Any
     block_bytes = bytes_per_block(mcfg, cfg.block_size, dtype)
     swap_blocks = num_swap_blocks(cfg, block_bytes)
     kv_cache = PagedKVCache(mcfg, num_blocks, cfg.block_size, dtype, cfg.device, ops, num_host_blocks=swap_blocks)
-    runner = ModelRunner(model, kv_cache, seed=cfg.seed)
+    linear_backend = resolve_linear_backend(cfg.linear_backend, dtype, cfg.device)
+    runner = ModelRunner(model, kv_cache, seed=cfg.seed, linear_backend=linear_backend)
     if cfg.device.startswith("cuda") and cfg.cuda_graphs:
         from minfer.cuda_graphs import enable_cuda_graphs
 

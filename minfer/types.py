@@ -20,6 +20,9 @@ PolicyName = Literal["fcfs", "priority", "sjf", "fair"]
 AdmissionMode = Literal["optimistic", "reserve"]
 ExecutorName = Literal["model", "sim"]
 BackendName = Literal["auto", "torch", "triton", "cpp"]
+LinearBackendName = Literal["auto", "torch", "onednn"]
+"""How the model's matrix products run: ``torch`` (``x @ W``) or ``onednn`` (weights packed once for oneDNN's CPU
+kernels); ``auto``: oneDNN where it runs the model's dtype on this CPU (``minfer/ops/linear.py``)."""
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 TimeoutAction = Literal["finish", "promote"]
 DeviceType = Literal["cpu", "cuda"]

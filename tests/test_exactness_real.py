@@ -5,9 +5,11 @@ These prompts are arbitrary; any others should pass too.
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from minfer.kv.contiguous import ContiguousKVCache
+from minfer.ops.linear import onednn_supports
 
 PROMPTS = [
     "What is the capital of France?",
@@ -42,8 +44,13 @@ def greedy_decode(model, ids: list[int], n: int, eos: int) -> tuple[list[int], t
     return out, first_logits
 
 
-def test_greedy_and_logits_equal_hugging_face(smollm2, hf_smollm2):
+@pytest.mark.parametrize("linear_backend", [
+    "torch", pytest.param("onednn", marks=pytest.mark.skipif(onednn_supports(torch.float32, "cpu") is not None,
+                                                             reason="no oneDNN in this PyTorch"))])
+def test_greedy_and_logits_equal_hugging_face(smollm2, hf_smollm2, linear_backend):
+    """Both ways of running the products: ``x @ W``, and oneDNN on packed weights (the CPU's default)."""
     model, tok = smollm2
+    model.use_linear_backend(linear_backend)
     for prompt in PROMPTS:
         ids = tok.apply_chat_template([{"role": "user", "content": prompt}])
         ours, logits = greedy_decode(model, ids, 32, tok.eos_token_id)

@@ -13,12 +13,15 @@ cache of chapter 03, or Triton kernels (chapter 07) -- the model never changes.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from minfer.model.config import ModelConfig
 from minfer.ops.attention import Attention
+from minfer.ops.linear import PackedWeight, packed_linear, repack
 
 
 class RMSNorm(nn.Module):
@@ -36,14 +39,18 @@ class RMSNorm(nn.Module):
 class Linear(nn.Module):
     """``y = x @ W (+ b)`` with ``W`` stored ``[in, out]``, transposed from ``nn.Linear``'s ``[out, in]``.
     Which layout a CPU's BLAS multiplies faster depends on the CPU and the library; chapter 01 measures both
-    on your machine. The results are the same up to rounding either way."""
+    on your machine. The results are the same up to rounding either way. ``packed``: oneDNN's copy of ``W``
+    when the model's products run through oneDNN (``LlamaModel.use_linear_backend``)."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(in_features, out_features))
         self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
+        self.packed: PackedWeight | None = None
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.packed is not None:  # the same product, by oneDNN's kernels on its copy of W
+            return packed_linear(x, self.packed, self.bias)
         y = x @ self.weight
         return y if self.bias is None else y + self.bias
 
@@ -146,6 +153,7 @@ class LlamaModel(nn.Module):
         self.rotary = RotaryEmbedding(cfg)
         # the LM head keeps the embedding's [vocab, hidden] layout, so a tied head is the embedding itself
         self.lm_head = None if cfg.tie_word_embeddings else Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.lm_head_packed: PackedWeight | None = None  # oneDNN's copy of the LM head, as Linear.packed
 
     @property
     def device(self) -> torch.device:
@@ -164,12 +172,33 @@ class LlamaModel(nn.Module):
             x = layer(x, cos, sin, attention)
         return self.norm(x)
 
+    @property
+    def lm_head_weight(self) -> Tensor:
+        return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+
     @torch.inference_mode()
     def compute_logits(self, hidden: Tensor) -> Tensor:
         """Float32 logits for the rows given. The engine passes only rows it samples from: with a
         49k-word vocabulary, the LM head is the largest matmul, and a prefill chunk needs it once."""
-        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(hidden, weight).float()
+        if self.lm_head_packed is not None:
+            return packed_linear(hidden, self.lm_head_packed).float()
+        return F.linear(hidden, self.lm_head_weight).float()
+
+    def use_linear_backend(self, name: str) -> None:
+        """Run every matrix product, the LM head's included, through ``name``: ``"torch"`` or ``"onednn"``
+        (``minfer/ops/linear.py``; resolve ``"auto"`` there first). oneDNN packs each weight the first time, and
+        again whenever the weight has been written since; ``"torch"`` drops the packed copies."""
+        onednn = name == "onednn"
+        for linear in self.linears:
+            packed = repack(linear.weight, linear.packed, transposed=True) if onednn else None
+            if packed is not linear.packed:  # (nn.Module's attribute setter is slow, and the runner calls this
+                linear.packed = packed       # at every step, where nothing has changed)
+        self.lm_head_packed = repack(self.lm_head_weight, self.lm_head_packed, transposed=False) if onednn else None
+
+    @functools.cached_property
+    def linears(self) -> list[Linear]:
+        """Every ``Linear`` of the model, found once (the runner checks their packed copies at every step)."""
+        return [m for m in self.modules() if isinstance(m, Linear)]
 
 
 def fuse_hf_state_dict(cfg: ModelConfig, sd: dict[str, Tensor]) -> dict[str, Tensor]:
