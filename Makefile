@@ -69,7 +69,7 @@ bench: setup
 # not change what `make test` runs against. llama-cpp-python compiles llama.cpp on install (several minutes).
 PEERS  := .venv-peers
 PEERS_STAMP := $(PEERS)/.installed
-BENCH_ARGS ?= --workload uniform --repeat 3
+BENCH_ARGS ?= --workload uniform --warmup 1 --repeat 3
 
 $(PEERS_STAMP): pyproject.toml Makefile
 	@test -x $(PEERS)/bin/python || $(PYTHON) -m venv $(PEERS)

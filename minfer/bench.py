@@ -41,6 +41,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import torch
+
 from minfer import peers
 from minfer.baselines import hf_continuous_system, hf_static_system, minfer_static_system
 from minfer.config import EngineConfig
@@ -48,6 +50,7 @@ from minfer.cpu_malloc import keep_freed_memory
 from minfer.engine import OFFLINE_DEFAULTS
 from minfer.metrics import SLO, Summary, summarize
 from minfer.ops.backends import resolve_backend
+from minfer.ops.linear import resolve_linear_backend
 from minfer.units import ceil_div
 from minfer.workload import WorkItem, bursts, fixed_mix, load_workload, long_prompt_spike, poisson, submit, uniform_mix
 
@@ -111,23 +114,29 @@ def engine_runner(config: EngineConfig, slo: SLO | None = None, seed: int = 0) -
 
 
 # the README benchmark's engines: what ``LLM(...)`` builds with no flags (up to 8 prompts share a step's 512-token
-# prefill budget; attention "auto", the compiled CPU kernel where a compiler is present), and the same engine
-# with the PyTorch reference attention (what runs without a compiler) or in bfloat16
+# prefill budget; attention "auto", the compiled CPU kernel where a compiler is present; products "auto", oneDNN on
+# packed weights), and the same engine with the PyTorch reference attention (what runs without a compiler), with
+# plain ``x @ W`` products, or in bfloat16
 # every system by name; the default benchmark runs them in this order
 RUNNERS: dict[str, Runner] = {
     "minfer LLM() defaults": engine_runner(EngineConfig(**OFFLINE_DEFAULTS)),
     "minfer, PyTorch attention": engine_runner(EngineConfig(**OFFLINE_DEFAULTS, attention_backend="torch")),
+    "minfer, x @ W products": engine_runner(EngineConfig(**OFFLINE_DEFAULTS, linear_backend="torch")),
     "minfer, bfloat16": engine_runner(EngineConfig(**OFFLINE_DEFAULTS, dtype="bfloat16")),
     "minfer static batching": minfer_static_system,
     "HF generate, static batches": hf_static_system,
     "HF continuous batching": hf_continuous_system,
 }
 DESCRIPTIONS: dict[str, Callable[[], dict]] = {  # name → how the system ran (versions, settings), for --json
-    "minfer LLM() defaults": lambda: {"attention_backend": resolve_backend("auto", "cpu").name, **OFFLINE_DEFAULTS},
+    "minfer LLM() defaults": lambda: {"attention_backend": resolve_backend("auto", "cpu").name,
+                                      "linear_backend": resolve_linear_backend("auto", torch.float32, "cpu"),
+                                      **OFFLINE_DEFAULTS},
+    "minfer, x @ W products": lambda: {"attention_backend": resolve_backend("auto", "cpu").name,
+                                       "linear_backend": "torch", **OFFLINE_DEFAULTS},
 }
 for _name, (_runner, _describe) in peers.systems().items():  # vLLM, llama.cpp: those installed here
     RUNNERS[_name], DESCRIPTIONS[_name] = _runner, _describe
-DEFAULT_SYSTEMS = ["minfer LLM() defaults", "minfer, PyTorch attention", "minfer, bfloat16",
+DEFAULT_SYSTEMS = ["minfer LLM() defaults", "minfer, PyTorch attention", "minfer, x @ W products", "minfer, bfloat16",
                    "minfer static batching", "HF generate, static batches", "HF continuous batching",
                    "vLLM CPU backend, eager", "vLLM CPU backend, compiled", "llama.cpp (shipped Q4_1 GGUF)"]
 
@@ -153,11 +162,18 @@ def run_system(name: str, runner: Runner, workload: list[WorkItem], config: dict
 
 
 def compare(workload: list[WorkItem], runners: dict[str, Runner], configs: dict[str, dict] | None = None,
-            echo: bool = False, repeat: int = 1) -> list[Result]:
+            echo: bool = False, repeat: int = 1, warmup: int = 0) -> list[Result]:
     """Run every system on the same workload. With ``repeat`` > 1 the systems take turns (A B C A B C ...), so
-    a drift in the machine's speed reaches them alike, and each reports its run of median throughput."""
-    if repeat < 1:
-        raise ValueError(f"repeat must be >= 1, got {repeat}")
+    a drift in the machine's speed reaches them alike, and each reports its run of median throughput. ``warmup``
+    untimed turns come first: an engine's first run pays for what it builds once and keeps (vLLM's first turn
+    runs at about half the speed of its later ones), which a server pays once, not per workload."""
+    if repeat < 1 or warmup < 0:
+        raise ValueError(f"repeat must be >= 1 and warmup >= 0, got {repeat} and {warmup}")
+    for i in range(warmup):
+        for name, runner in runners.items():
+            if echo:
+                print(f"warming up {name} ({i + 1}/{warmup}, not timed) ...", flush=True)
+            runner(workload)
     runs: dict[str, list[Result]] = {name: [] for name in runners}
     for i in range(repeat):
         for name, runner in runners.items():
@@ -349,6 +365,8 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     p.add_argument("--slo-e2e", type=float, default=None)
     p.add_argument("--repeat", type=int, default=1, help="run the systems in turn this many times and report "
                    "each one's median run (steadier figures on a noisy machine)")
+    p.add_argument("--warmup", type=int, default=0, help="untimed turns of every system before the timed ones "
+                   "(steady-state figures: what a long-running server sees)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
     p.add_argument("--no-roofline", action="store_true", help="skip measuring this machine's roofline")
     p.add_argument("--threads", type=int, default=None, help="threads for every system, peers included "
@@ -372,8 +390,6 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     keep_freed_memory()  # every system, baselines included, runs with the allocator settings minfer's engine uses
     if args.threads:
         import os
-
-        import torch
 
         torch.set_num_threads(args.threads)
         os.environ["OMP_NUM_THREADS"] = str(args.threads)  # what the peers read (vLLM's process inherits it)
@@ -414,7 +430,7 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
         machine, bound = measure_roofline(workload)
         print(f"roofline of this machine: {machine.describe()}\nthe workload's roofline time: {bound.seconds:.1f} s "
               f"(prefill {bound.prefill_s:.1f}, decode {bound.decode_s:.1f}, decode attention {bound.attention_s:.1f})")
-    results = compare(workload, runners, configs, echo=True, repeat=args.repeat)
+    results = compare(workload, runners, configs, echo=True, repeat=args.repeat, warmup=args.warmup)
     for r in results:
         if bound is not None:
             r.roofline_fraction = bound.seconds / r.seconds
@@ -428,6 +444,7 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     if args.json:
         save_json(results, args.json, {"workload": args.workload or "readme", "requests": len(workload),
                                        "prompt_tokens": prompt, "output_tokens": output, "repeat": args.repeat,
+                                       "warmup": args.warmup,
                                        "slo": asdict(slo) if slo else None, "versions": versions(),
                                        "roofline": machine.to_dict() if machine else None,
                                        "roofline_bound": bound.to_dict() if bound else None})

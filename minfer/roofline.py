@@ -15,6 +15,10 @@ What is measured, in a few seconds, at start (datasheet peaks say nothing about 
   products are short and wide: the library reaches a lower rate there, and streaming the weights counts;
 * **the read bandwidth**: one pass over a tensor far larger than any cache.
 
+Each product rate is the faster of the ways this PyTorch multiplies (``minfer/ops/linear.py``): plain ``x @ W``,
+and oneDNN with its weights packed where it runs. The bound is what the machine can do, whichever engine gets
+there.
+
 The bound prices the workload's prompt tokens at the prefill rate and its output tokens at the decode rate of
 a batch holding every request at once -- the best any schedule of this workload can do, if decodes run in
 products of their own (as they mostly do in every engine measured here) -- and decode attention at the
@@ -36,6 +40,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from minfer.model.config import ModelConfig
+from minfer.ops.linear import onednn_supports, packed_linear, repack
 from minfer.sim.cost import StepShape, roofline_terms
 from minfer.sim.models import ModelSpec
 
@@ -67,13 +72,15 @@ def layer_shapes(config: ModelConfig) -> list[tuple[int, int]]:
 
 class ModelMatmuls:
     """Every layer's weight matrices (random, the model's shapes, ``[in, out]`` as minfer stores them).
-    ``rate(rows)`` runs them all once on ``rows`` input rows, as one forward pass would, and returns FLOP/s."""
+    ``rate(rows)`` runs them all once on ``rows`` input rows, as one forward pass would, and returns FLOP/s,
+    through ``linear_backend`` (``"torch"``: ``x @ W``; ``"onednn"``: packed weights, as the engine runs them)."""
 
     def __init__(self, config: ModelConfig, dtype: torch.dtype = torch.float32,
-                 device: str | torch.device = "cpu") -> None:
-        self.dtype, self.device = dtype, device
+                 device: str | torch.device = "cpu", linear_backend: str = "torch") -> None:
+        self.dtype, self.device, self.linear_backend = dtype, device, linear_backend
         self.weights = [torch.randn(i, o, dtype=dtype, device=device) * 0.02 for _ in range(config.num_layers)
                         for i, o in layer_shapes(config)]
+        self.packed = [repack(w, None, transposed=True) for w in self.weights] if linear_backend == "onednn" else []
         self.flops_per_row = 2 * sum(w.numel() for w in self.weights)
 
     @property
@@ -88,8 +95,12 @@ class ModelMatmuls:
                    for w in self.weights}
 
         def forward() -> None:
-            for w in self.weights:
-                torch.mm(inputs[w.shape[0]], w, out=outputs[w.shape[1]])
+            if self.packed:
+                for w, packed in zip(self.weights, self.packed):
+                    packed_linear(inputs[w.shape[0]], packed)
+            else:
+                for w in self.weights:
+                    torch.mm(inputs[w.shape[0]], w, out=outputs[w.shape[1]])
 
         return rows * self.flops_per_row / best_time(forward, reps, self.device)
 
@@ -113,13 +124,15 @@ class MachineRoofline:
     threads: int
     dtype: str = "float32"
     seconds: float = 0.0  # how long measuring took
+    prefill_backend: str = "torch"  # the linear backend that reached prefill_flops (the faster one measured)
+    decode_backend: str = "torch"  # ... and decode_flops
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     def describe(self) -> str:
-        return (f"matmul {self.prefill_flops / 1e9:.0f} GFLOP/s at {PREFILL_ROWS} rows, "
-                f"{self.decode_flops / 1e9:.0f} at {self.decode_rows} rows; read bandwidth "
+        return (f"matmul {self.prefill_flops / 1e9:.0f} GFLOP/s at {PREFILL_ROWS} rows ({self.prefill_backend}), "
+                f"{self.decode_flops / 1e9:.0f} at {self.decode_rows} rows ({self.decode_backend}); read bandwidth "
                 f"{self.bandwidth / 1e9:.1f} GB/s ({self.threads} threads, {self.dtype})")
 
 
@@ -128,12 +141,19 @@ def measure(config: ModelConfig, decode_rows: int, dtype: torch.dtype = torch.fl
     """Measure this machine's roofline at ``config``'s shapes (a few seconds on 2 cores), on ``device`` (the
     one the engine being judged runs on: a GPU's roofline bounds a GPU engine, never the CPU's)."""
     start = time.perf_counter()
-    matmuls = ModelMatmuls(config, dtype, device)
-    prefill = matmuls.rate(PREFILL_ROWS, reps=2)
-    decode = matmuls.rate(decode_rows, reps=5)
+    backends = ["torch"] if onednn_supports(dtype, device) else ["torch", "onednn"]
+    prefill: dict[str, float] = {}
+    decode: dict[str, float] = {}
+    for backend in backends:
+        matmuls = ModelMatmuls(config, dtype, device, backend)
+        prefill[backend] = matmuls.rate(PREFILL_ROWS, reps=2)
+        decode[backend] = matmuls.rate(decode_rows, reps=5)
+        del matmuls  # one set of weights (and packed copies) at a time
+    best_prefill, best_decode = max(prefill, key=prefill.__getitem__), max(decode, key=decode.__getitem__)
     bandwidth = read_bandwidth(device=device)
-    return MachineRoofline(prefill, decode, decode_rows, bandwidth, torch.get_num_threads(),
-                           str(dtype).removeprefix("torch."), time.perf_counter() - start)
+    return MachineRoofline(prefill[best_prefill], decode[best_decode], decode_rows, bandwidth,
+                           torch.get_num_threads(), str(dtype).removeprefix("torch."), time.perf_counter() - start,
+                           best_prefill, best_decode)
 
 
 @dataclass(slots=True)

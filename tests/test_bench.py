@@ -122,6 +122,23 @@ def test_repeated_runs_take_turns_and_report_the_median_run():
         compare([], {}, repeat=0)
 
 
+def test_warmup_turns_run_first_and_are_not_reported():
+    order: list[str] = []
+    seconds = {"a": iter([9.0, 1.0, 2.0]), "b": iter([8.0, 1.0, 1.0])}  # the first run of each: the warm-up
+
+    def runner(name):
+        def run(workload):
+            order.append(name)
+            return 100, next(seconds[name])
+        return run
+
+    a, b = compare(fixed_mix(4, seed=0), {"a": runner("a"), "b": runner("b")}, repeat=2, warmup=1)
+    assert order == ["a", "b"] * 3
+    assert a.all_throughputs == [100.0, 50.0] and b.all_throughputs == [100.0, 100.0]
+    with pytest.raises(ValueError, match="warmup"):
+        compare([], {}, warmup=-1)
+
+
 def test_roofline_column_and_json_record_versions_and_bound(tmp_path, capsys, monkeypatch):
     """With a real model the benchmark prints each system's share of the workload's roofline time, and --json keeps
     the measured machine, the bound and the versions. (The measurement is faked here: it needs the real model.)"""
