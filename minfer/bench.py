@@ -51,6 +51,7 @@ from minfer.engine import OFFLINE_DEFAULTS
 from minfer.metrics import SLO, Summary, summarize
 from minfer.ops.backends import resolve_backend
 from minfer.ops.linear import resolve_linear_backend
+from minfer.ops.pointwise import resolve_pointwise_backend
 from minfer.units import ceil_div
 from minfer.workload import WorkItem, bursts, fixed_mix, load_workload, long_prompt_spike, poisson, submit, uniform_mix
 
@@ -113,14 +114,15 @@ def engine_runner(config: EngineConfig, slo: SLO | None = None, seed: int = 0) -
     return lambda workload: run_engine(workload, config, slo, seed)
 
 
-# the README benchmark's engines: what ``LLM(...)`` builds with no flags (up to 8 prompts share a step's 512-token
-# prefill budget; attention "auto", the compiled CPU kernel where a compiler is present; products "auto", oneDNN on
-# packed weights), and the same engine with the PyTorch reference attention (what runs without a compiler), with
-# plain ``x @ W`` products, or in bfloat16
+# the README benchmark's engines: what ``LLM(...)`` builds with no flags (``OFFLINE_DEFAULTS``: up to 32 prompts
+# share a step's 2048-token prefill budget; attention and pointwise steps "auto", the compiled CPU kernels where a
+# compiler is present; products "auto", oneDNN on packed weights), and the same engine without the C++ kernels (what
+# runs without a compiler), with plain ``x @ W`` products, or in bfloat16
 # every system by name; the default benchmark runs them in this order
 RUNNERS: dict[str, Runner] = {
     "minfer LLM() defaults": engine_runner(EngineConfig(**OFFLINE_DEFAULTS)),
-    "minfer, PyTorch attention": engine_runner(EngineConfig(**OFFLINE_DEFAULTS, attention_backend="torch")),
+    "minfer, no C++ kernels": engine_runner(EngineConfig(**OFFLINE_DEFAULTS, attention_backend="torch",
+                                                         pointwise_backend="torch")),
     "minfer, x @ W products": engine_runner(EngineConfig(**OFFLINE_DEFAULTS, linear_backend="torch")),
     "minfer, bfloat16": engine_runner(EngineConfig(**OFFLINE_DEFAULTS, dtype="bfloat16")),
     "minfer static batching": minfer_static_system,
@@ -130,13 +132,16 @@ RUNNERS: dict[str, Runner] = {
 DESCRIPTIONS: dict[str, Callable[[], dict]] = {  # name → how the system ran (versions, settings), for --json
     "minfer LLM() defaults": lambda: {"attention_backend": resolve_backend("auto", "cpu").name,
                                       "linear_backend": resolve_linear_backend("auto", torch.float32, "cpu"),
+                                      "pointwise_backend": resolve_pointwise_backend("auto", "cpu"),
                                       **OFFLINE_DEFAULTS},
     "minfer, x @ W products": lambda: {"attention_backend": resolve_backend("auto", "cpu").name,
-                                       "linear_backend": "torch", **OFFLINE_DEFAULTS},
+                                       "linear_backend": "torch",
+                                       "pointwise_backend": resolve_pointwise_backend("auto", "cpu"),
+                                       **OFFLINE_DEFAULTS},
 }
 for _name, (_runner, _describe) in peers.systems().items():  # vLLM, llama.cpp: those installed here
     RUNNERS[_name], DESCRIPTIONS[_name] = _runner, _describe
-DEFAULT_SYSTEMS = ["minfer LLM() defaults", "minfer, PyTorch attention", "minfer, x @ W products", "minfer, bfloat16",
+DEFAULT_SYSTEMS = ["minfer LLM() defaults", "minfer, no C++ kernels", "minfer, x @ W products", "minfer, bfloat16",
                    "minfer static batching", "HF generate, static batches", "HF continuous batching",
                    "vLLM CPU backend, eager", "vLLM CPU backend, compiled", "llama.cpp (shipped Q4_1 GGUF)"]
 
@@ -327,7 +332,10 @@ def measure_roofline(workload: list[WorkItem], model: str = "smollm2-135m") -> t
     from minfer.sim.models import ModelSpec
 
     config = cached_model(model, "cpu", "float32")[0].config
-    machine = measure(config, decode_rows=min(len(workload), 256))
+    # prompt tokens priced at the rate of LLM()'s largest step (vLLM's LLM takes 4,096-token steps: the rate is flat
+    # by then)
+    largest_step = OFFLINE_DEFAULTS["chunked_prefill_size"]
+    machine = measure(config, decode_rows=min(len(workload), 256), prefill_rows=largest_step)
     bound = workload_bound(ModelSpec(model, config), machine, [w.prompt_len for w in workload],
                            [w.output_len for w in workload])
     return machine, bound

@@ -18,6 +18,7 @@ from minfer.types import (
     DType,
     ExecutorName,
     LinearBackendName,
+    PointwiseBackendName,
     PolicyName,
     PreemptionMode,
     ResumeRule,
@@ -31,13 +32,14 @@ ADMISSIONS = allowed(AdmissionMode)
 EXECUTORS = allowed(ExecutorName)
 BACKENDS = allowed(BackendName)
 LINEAR_BACKENDS = allowed(LinearBackendName)
+POINTWISE_BACKENDS = allowed(PointwiseBackendName)
 DTYPES = allowed(DType)
 TIMEOUT_ACTIONS = allowed(TimeoutAction)
 PREEMPTION_MODES = allowed(PreemptionMode)
 RESUME_RULES = allowed(ResumeRule)
 
-__all__ = ["ADMISSIONS", "BACKENDS", "DTYPES", "EXECUTORS", "LINEAR_BACKENDS", "POLICIES", "PREEMPTION_MODES",
-           "RESUME_RULES", "TIMEOUT_ACTIONS", "EngineConfig", "parse_bytes"]
+__all__ = ["ADMISSIONS", "BACKENDS", "DTYPES", "EXECUTORS", "LINEAR_BACKENDS", "POINTWISE_BACKENDS", "POLICIES",
+           "PREEMPTION_MODES", "RESUME_RULES", "TIMEOUT_ACTIONS", "EngineConfig", "parse_bytes"]
 
 
 class SimSpec(Protocol):
@@ -60,6 +62,7 @@ class EngineConfig:
     hardware: str | SimSpec | None = None  # sim only: a hardware spec name such as "H100-SXM", or a spec
     attention_backend: BackendName = "auto"  # a name in minfer.ops.backends.BACKENDS; auto: per device
     linear_backend: LinearBackendName = "auto"  # matrix products: "torch" (x @ W) or "onednn" (packed, CPU); auto
+    pointwise_backend: PointwiseBackendName = "auto"  # RMSNorm, rotary, SiLU-and-mul: "torch" or "cpp" (CPU); auto
     cuda_graphs: bool = True  # capture decode steps in CUDA graphs (CUDA only)
     seed: int = 0  # for requests sampled without their own seed
 
@@ -107,6 +110,7 @@ class EngineConfig:
         check.one_of("executor", self.executor, EXECUTORS)
         check.one_of("attention_backend", self.attention_backend, BACKENDS)
         check.one_of("linear_backend", self.linear_backend, LINEAR_BACKENDS)
+        check.one_of("pointwise_backend", self.pointwise_backend, POINTWISE_BACKENDS)
         check.one_of("dtype", self.dtype, DTYPES)
         check.one_of("queue_timeout_action", self.queue_timeout_action, TIMEOUT_ACTIONS)
         check.one_of("preemption_mode", self.preemption_mode, PREEMPTION_MODES)
@@ -125,6 +129,8 @@ class EngineConfig:
             raise ValueError("attention_backend='cpp' is a CPU kernel; on CUDA use 'triton' (or 'auto')")
         if self.linear_backend == "onednn" and self.device != "cpu":
             raise ValueError("linear_backend='onednn' packs weights for CPU kernels; on CUDA use 'torch' (or 'auto')")
+        if self.pointwise_backend == "cpp" and self.device != "cpu":
+            raise ValueError("pointwise_backend='cpp' is CPU kernels; on CUDA use 'torch' (or 'auto')")
         for name in ("block_size", "max_num_seqs", "chunked_prefill_size", "max_prefill_chunks_per_step"):
             check.integer(name, getattr(self, name), 1)
         for name in ("num_blocks", "max_model_len", "max_num_batched_tokens"):

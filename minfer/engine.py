@@ -359,10 +359,11 @@ class LLMEngine:
 
 
 # Offline generation knows its whole batch up front and is judged by throughput: several prompts share each
-# step's prefill budget (bigger, faster matrix products). LLMEngine's own default, one prompt per step, keeps the
-# inter-token latency of running requests steadier for a server. vLLM does the same: its LLM class gets larger
-# step budgets than its server. Any keyword passed to LLM overrides these.
-OFFLINE_DEFAULTS: dict[str, Any] = {"max_prefill_chunks_per_step": 8}
+# step's prefill budget, and the budget is larger (2048 tokens, not 512): bigger products run faster per row,
+# and fewer steps means fewer decode rows spent in small batches. LLMEngine's own defaults, one prompt of at most
+# 512 tokens per step, keep the inter-token latency of running requests steadier for a server. vLLM does the
+# same: its LLM class gets larger step budgets than its server. Any keyword passed to LLM overrides these.
+OFFLINE_DEFAULTS: dict[str, Any] = {"chunked_prefill_size": 2048, "max_prefill_chunks_per_step": 32}
 
 
 class LLM:

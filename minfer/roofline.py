@@ -11,7 +11,8 @@ What is measured, in a few seconds, at start (datasheet peaks say nothing about 
 
 * **the matmul rate at the model's own shapes**: every layer's products (q/k/v, o, gate/up, down; all
   ``num_layers`` of them, so the weights stream from memory as in a real forward pass), once with the rows
-  of a prefill chunk (512) and once with the rows of a decode step (one per running request). A decode step's
+  of the largest step the engines take (``prefill_rows``: 512, the engine's prefill chunk; the benchmark passes
+  ``LLM()``'s 2,048) and once with the rows of a decode step (one per running request). A decode step's
   products are short and wide: the library reaches a lower rate there, and streaming the weights counts;
 * **the read bandwidth**: one pass over a tensor far larger than any cache.
 
@@ -44,7 +45,7 @@ from minfer.ops.linear import onednn_supports, packed_linear, repack
 from minfer.sim.cost import StepShape, roofline_terms
 from minfer.sim.models import ModelSpec
 
-PREFILL_ROWS = 512  # a prefill chunk: the engine's default chunked_prefill_size
+PREFILL_ROWS = 512  # a prefill chunk: the engine's default chunked_prefill_size (LLM() takes up to 2048 a step)
 
 
 def best_time(fn: Callable[[], object], reps: int = 3, device: str | torch.device = "cpu") -> float:
@@ -73,13 +74,15 @@ def layer_shapes(config: ModelConfig) -> list[tuple[int, int]]:
 class ModelMatmuls:
     """Every layer's weight matrices (random, the model's shapes, ``[in, out]`` as minfer stores them).
     ``rate(rows)`` runs them all once on ``rows`` input rows, as one forward pass would, and returns FLOP/s,
-    through ``linear_backend`` (``"torch"``: ``x @ W``; ``"onednn"``: packed weights, as the engine runs them)."""
+    through ``linear_backend`` (``"torch"``: ``x @ W``; ``"onednn"``: packed weights, as the engine runs them).
+    ``num_layers``: fewer layers than the model's, to time many rows in less time (at hundreds of rows a product
+    is bound by arithmetic, and a few layers' weights already stream from memory)."""
 
-    def __init__(self, config: ModelConfig, dtype: torch.dtype = torch.float32,
-                 device: str | torch.device = "cpu", linear_backend: str = "torch") -> None:
+    def __init__(self, config: ModelConfig, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+                 linear_backend: str = "torch", num_layers: int | None = None) -> None:
         self.dtype, self.device, self.linear_backend = dtype, device, linear_backend
-        self.weights = [torch.randn(i, o, dtype=dtype, device=device) * 0.02 for _ in range(config.num_layers)
-                        for i, o in layer_shapes(config)]
+        self.weights = [torch.randn(i, o, dtype=dtype, device=device) * 0.02
+                        for _ in range(num_layers or config.num_layers) for i, o in layer_shapes(config)]
         self.packed = [repack(w, None, transposed=True) for w in self.weights] if linear_backend == "onednn" else []
         self.flops_per_row = 2 * sum(w.numel() for w in self.weights)
 
@@ -117,7 +120,7 @@ class MachineRoofline:
     """What this machine's PyTorch reaches: matmul FLOP/s at a prefill chunk's and at a decode step's rows,
     and read bandwidth. Measured by ``measure``; every figure is of this process, these threads."""
 
-    prefill_flops: float  # FLOP/s of the model's layer products at PREFILL_ROWS rows
+    prefill_flops: float  # FLOP/s of the model's layer products at ``prefill_rows`` rows
     decode_flops: float  # ... at ``decode_rows`` rows
     decode_rows: int
     bandwidth: float  # bytes/s, one read pass
@@ -126,34 +129,41 @@ class MachineRoofline:
     seconds: float = 0.0  # how long measuring took
     prefill_backend: str = "torch"  # the linear backend that reached prefill_flops (the faster one measured)
     decode_backend: str = "torch"  # ... and decode_flops
+    prefill_rows: int = PREFILL_ROWS
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     def describe(self) -> str:
-        return (f"matmul {self.prefill_flops / 1e9:.0f} GFLOP/s at {PREFILL_ROWS} rows ({self.prefill_backend}), "
+        return (f"matmul {self.prefill_flops / 1e9:.0f} GFLOP/s at {self.prefill_rows} rows ({self.prefill_backend}), "
                 f"{self.decode_flops / 1e9:.0f} at {self.decode_rows} rows ({self.decode_backend}); read bandwidth "
                 f"{self.bandwidth / 1e9:.1f} GB/s ({self.threads} threads, {self.dtype})")
 
 
 def measure(config: ModelConfig, decode_rows: int, dtype: torch.dtype = torch.float32,
-            device: str | torch.device = "cpu") -> MachineRoofline:
+            device: str | torch.device = "cpu", prefill_rows: int = PREFILL_ROWS) -> MachineRoofline:
     """Measure this machine's roofline at ``config``'s shapes (a few seconds on 2 cores), on ``device`` (the
-    one the engine being judged runs on: a GPU's roofline bounds a GPU engine, never the CPU's)."""
+    one the engine being judged runs on: a GPU's roofline bounds a GPU engine, never the CPU's). ``prefill_rows``:
+    the largest step the engines judged take (a product's rate grows with its rows, so a bound measured at fewer
+    rows than they use would not bound them); beyond 512 rows, fewer layers are timed, for the same arithmetic."""
     start = time.perf_counter()
     backends = ["torch"] if onednn_supports(dtype, device) else ["torch", "onednn"]
+    prefill_layers = max(1, config.num_layers * PREFILL_ROWS // max(prefill_rows, PREFILL_ROWS))
     prefill: dict[str, float] = {}
     decode: dict[str, float] = {}
     for backend in backends:
         matmuls = ModelMatmuls(config, dtype, device, backend)
-        prefill[backend] = matmuls.rate(PREFILL_ROWS, reps=2)
         decode[backend] = matmuls.rate(decode_rows, reps=5)
-        del matmuls  # one set of weights (and packed copies) at a time
+        if prefill_layers < config.num_layers:
+            del matmuls  # one set of weights (and packed copies) at a time
+            matmuls = ModelMatmuls(config, dtype, device, backend, num_layers=prefill_layers)
+        prefill[backend] = matmuls.rate(prefill_rows, reps=2)
+        del matmuls
     best_prefill, best_decode = max(prefill, key=prefill.__getitem__), max(decode, key=decode.__getitem__)
     bandwidth = read_bandwidth(device=device)
     return MachineRoofline(prefill[best_prefill], decode[best_decode], decode_rows, bandwidth,
                            torch.get_num_threads(), str(dtype).removeprefix("torch."), time.perf_counter() - start,
-                           best_prefill, best_decode)
+                           best_prefill, best_decode, prefill_rows)
 
 
 @dataclass(slots=True)

@@ -36,18 +36,24 @@ from minfer.units import parse_bytes
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaModel, kv_cache: PagedKVCache, seed: int = 0, linear_backend: str = "torch") -> None:
+    def __init__(self, model: LlamaModel, kv_cache: PagedKVCache, seed: int = 0, linear_backend: str = "torch",
+                 pointwise_backend: str = "torch") -> None:
         self.model, self.kv_cache = model, kv_cache
         self.device = model.device
-        # "torch" or "onednn" (minfer/ops/linear.py), set on the model at every step: engines may share a model
-        self.linear_backend = linear_backend
-        model.use_linear_backend(linear_backend)
+        # resolved backends (minfer/ops/linear.py, pointwise.py), set on the model at every step: engines may share
+        # a model
+        self.linear_backend, self.pointwise_backend = linear_backend, pointwise_backend
+        self.use_backends()
         self.generator = torch.Generator().manual_seed(seed)
         # forward(input_ids, positions, meta) -> hidden; the CUDA path swaps in a graph-replaying version
         self.forward: Callable[[Tensor, Tensor, AttentionMetadata], Tensor] = self.eager_forward
 
     def eager_forward(self, input_ids: Tensor, positions: Tensor, meta: AttentionMetadata) -> Tensor:
         return self.model(input_ids, positions, self.kv_cache.attention(meta))
+
+    def use_backends(self) -> None:
+        self.model.use_linear_backend(self.linear_backend)
+        self.model.use_pointwise_backend(self.pointwise_backend)
 
     def prepare(self, chunks: list[ScheduledChunk]) -> tuple[Tensor, Tensor, AttentionMetadata]:
         """Flat token ids and positions, and the attention metadata, for ``chunks`` in the given order."""
@@ -95,7 +101,7 @@ class ModelRunner:
         # decodes first, longest context first: the reference attention batches them
         chunks = sorted(out.chunks, key=lambda c: (not c.is_decode, -c.start))
         input_ids, positions, meta = self.prepare(chunks)
-        self.model.use_linear_backend(self.linear_backend)  # a no-op unless another engine changed it
+        self.use_backends()  # a no-op unless another engine changed them
         hidden = self.forward(input_ids, positions, meta)
         rows = [i for i, c in enumerate(chunks) if c.samples]
         if not rows:
@@ -124,6 +130,7 @@ def build_model_executor(config: EngineConfig, model: Any = None, tokenizer: Any
     from minfer.model.loader import load_model
     from minfer.ops.backends import load_backend, resolve_backend
     from minfer.ops.linear import resolve_linear_backend
+    from minfer.ops.pointwise import resolve_pointwise_backend
 
     cfg = config
     dtype = resolve_dtype(cfg.dtype, cfg.device)
@@ -158,7 +165,8 @@ def build_model_executor(config: EngineConfig, model: Any = None, tokenizer: Any
     swap_blocks = num_swap_blocks(cfg, block_bytes)
     kv_cache = PagedKVCache(mcfg, num_blocks, cfg.block_size, dtype, cfg.device, ops, num_host_blocks=swap_blocks)
     linear_backend = resolve_linear_backend(cfg.linear_backend, dtype, cfg.device)
-    runner = ModelRunner(model, kv_cache, seed=cfg.seed, linear_backend=linear_backend)
+    runner = ModelRunner(model, kv_cache, seed=cfg.seed, linear_backend=linear_backend,
+                         pointwise_backend=resolve_pointwise_backend(cfg.pointwise_backend, cfg.device))
     if cfg.device.startswith("cuda") and cfg.cuda_graphs:
         from minfer.cuda_graphs import enable_cuda_graphs
 

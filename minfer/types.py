@@ -21,6 +21,7 @@ AdmissionMode = Literal["optimistic", "reserve"]
 ExecutorName = Literal["model", "sim"]
 BackendName = Literal["auto", "torch", "triton", "cpp"]
 LinearBackendName = Literal["auto", "torch", "onednn"]
+PointwiseBackendName = Literal["auto", "torch", "cpp"]
 """How the model's matrix products run: ``torch`` (``x @ W``) or ``onednn`` (weights packed once for oneDNN's CPU
 kernels); ``auto``: oneDNN where it runs the model's dtype on this CPU (``minfer/ops/linear.py``)."""
 DType = Literal["auto", "float32", "bfloat16", "float16"]

@@ -54,6 +54,37 @@ def alone(prompt: tuple[int, ...], max_tokens: int) -> tuple[int, ...]:
     return tuple(run_checked(e)["solo"].outputs[0].token_ids)
 
 
+def check_engines_sharing_a_model(tiny, field: str, backends: tuple[str, str], uses) -> None:
+    """Two engines on one model object, ``field`` set to each of ``backends``, stepped in turn: after each step the
+    model runs that engine's backend (``uses(model) == backend``: the runner sets it at every step), and each
+    engine's greedy tokens equal what it makes alone."""
+    model, tok = tiny
+    params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    prompts = [list(range(5, 30)), list(range(40, 52))]
+
+    def engine(backend: str) -> LLMEngine:
+        e = LLMEngine(EngineConfig(model="tiny-random", attention_backend="torch", num_blocks=32, debug_checks=True,
+                                   **{field: backend}), model=model, tokenizer=tok)
+        for i, p in enumerate(prompts):
+            e.add_request(f"r{i}", p, params)
+        return e
+
+    alone = {}
+    for backend in backends:
+        e = engine(backend)
+        e.run()
+        alone[backend] = {r.request_id: r.output_token_ids for r in e.finished}
+    pair = [(engine(b), b) for b in backends]
+    while any(e.has_unfinished_requests() for e, _ in pair):
+        for e, backend in pair:
+            if e.has_unfinished_requests():
+                e.step()
+                assert uses(model) == backend
+                e.scheduler.check_invariants()
+    for e, backend in pair:
+        assert {r.request_id: r.output_token_ids for r in e.finished} == alone[backend]
+
+
 def run_checked(engine: LLMEngine, max_steps: int = 100_000, before_step=None) -> dict:
     """Step the engine to completion, checking scheduler and pool invariants after every step (calling
     ``before_step()`` before each, e.g. to abort requests mid-run). Returns the final output of every request

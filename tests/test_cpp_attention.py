@@ -86,14 +86,15 @@ def test_a_missing_compiler_is_named(monkeypatch):
 def test_two_checkouts_of_one_kernel_share_a_build_and_an_edited_kernel_gets_its_own(tmp_path, monkeypatch):
     """The build folder is keyed by the source's content, not its path: a student copy beside the repository
     loads the module the repository compiled instead of rebuilding it (and making the repository rebuild)."""
-    from minfer.ops import cpp_paged_attention as cpp
+    from minfer.ops.cpp_build import build_folder
+    from minfer.ops.cpp_paged_attention import SOURCE
 
     monkeypatch.setenv("MINFER_CACHE", str(tmp_path / "cache"))
-    here = cpp.build_folder()
-    copy = tmp_path / "copy" / cpp.SOURCE.name
+    here = build_folder(SOURCE)
+    copy = tmp_path / "copy" / SOURCE.name
     copy.parent.mkdir()
-    copy.write_bytes(cpp.SOURCE.read_bytes())
-    monkeypatch.setattr(cpp, "SOURCE", copy)
-    assert cpp.build_folder() == here
+    copy.write_bytes(SOURCE.read_bytes())
+    assert build_folder(copy) == here
+    assert (here / SOURCE.name).read_bytes() == SOURCE.read_bytes()  # what the loader compiles
     copy.write_text(copy.read_text() + "\n// edited\n")
-    assert cpp.build_folder() != here and cpp.build_folder().parent == here.parent
+    assert build_folder(copy) != here and build_folder(copy).parent == here.parent

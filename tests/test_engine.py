@@ -345,6 +345,8 @@ def test_llm_uses_offline_defaults_that_keywords_override():
 
     llm = LLM("tiny-random", num_blocks=32)
     assert llm.engine.config.max_prefill_chunks_per_step == OFFLINE_DEFAULTS["max_prefill_chunks_per_step"] > 1
+    assert llm.engine.config.chunked_prefill_size == OFFLINE_DEFAULTS["chunked_prefill_size"] > 512
     one = LLM("tiny-random", num_blocks=32, max_prefill_chunks_per_step=1)
     assert one.engine.config.max_prefill_chunks_per_step == 1
-    assert EngineConfig().max_prefill_chunks_per_step == 1  # the step-level engine keeps its latency default
+    assert EngineConfig().max_prefill_chunks_per_step == 1  # the step-level engine keeps its latency defaults
+    assert EngineConfig().chunked_prefill_size == 512

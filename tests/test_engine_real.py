@@ -8,6 +8,7 @@ import torch
 
 from conftest import run_checked
 from minfer import EngineConfig, LLMEngine, SamplingParams
+from minfer.engine import OFFLINE_DEFAULTS
 
 PROMPTS = [
     "Name the largest planet in our solar system.",
@@ -44,12 +45,12 @@ def cases(smollm2, hf_smollm2):
 
 @pytest.mark.parametrize("kw", [
     {},
-    {"max_prefill_chunks_per_step": 8},  # what LLM() builds (minfer.engine.OFFLINE_DEFAULTS)
-    {"attention_backend": "torch"},  # the reference, where "auto" finds no compiler
+    OFFLINE_DEFAULTS,  # what LLM() builds
+    {"attention_backend": "torch", "pointwise_backend": "torch"},  # the references, where "auto" finds no compiler
     {"chunked_prefill_size": 16},
     {"num_blocks": 12, "block_size": 8},
     {"max_num_seqs": 1},
-], ids=["defaults", "offline", "torch-attention", "chunk16", "tiny-pool", "one-seq"])
+], ids=["defaults", "offline", "torch-references", "chunk16", "tiny-pool", "one-seq"])
 def test_engine_equals_hugging_face(smollm2, cases, kw):
     model, tok = smollm2
     engine = LLMEngine(EngineConfig(**kw), model=model, tokenizer=tok)

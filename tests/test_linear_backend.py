@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minfer import EngineConfig, LLMEngine, SamplingParams
+from conftest import check_engines_sharing_a_model
+from minfer import EngineConfig
 from minfer.kv.contiguous import ContiguousKVCache
 from minfer.model.loader import load_model
 from minfer.ops.linear import onednn_supports, packed_linear, padded_rows, repack, resolve_linear_backend
@@ -75,33 +76,8 @@ def test_auto_picks_onednn_only_where_it_runs():
 
 @needs_onednn
 def test_engines_sharing_a_model_each_get_their_own_products(tiny):
-    """Two engines on one model object, one per backend, stepped in turn: each step runs its own engine's
-    products, and both engines' greedy tokens equal an engine's alone."""
-    model, tok = tiny
-    params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
-    prompts = [list(range(5, 30)), list(range(40, 52))]
-
-    def engine(backend: str) -> LLMEngine:
-        e = LLMEngine(EngineConfig(model="tiny-random", linear_backend=backend, attention_backend="torch",
-                                   num_blocks=32, debug_checks=True), model=model, tokenizer=tok)
-        for i, p in enumerate(prompts):
-            e.add_request(f"r{i}", p, params)
-        return e
-
-    alone = {}
-    for backend in ("torch", "onednn"):
-        e = engine(backend)
-        e.run()
-        alone[backend] = {r.request_id: r.output_token_ids for r in e.finished}
-    a, b = engine("torch"), engine("onednn")
-    while a.has_unfinished_requests() or b.has_unfinished_requests():
-        for e, backend in ((a, "torch"), (b, "onednn")):
-            if e.has_unfinished_requests():
-                e.step()
-                assert (model.lm_head_packed is None) == (backend == "torch")
-                e.scheduler.check_invariants()
-    assert {r.request_id: r.output_token_ids for r in a.finished} == alone["torch"]
-    assert {r.request_id: r.output_token_ids for r in b.finished} == alone["onednn"]
+    check_engines_sharing_a_model(tiny, "linear_backend", ("torch", "onednn"),
+                                  lambda model: "torch" if model.lm_head_packed is None else "onednn")
 
 
 def test_padded_rows_bound_the_shapes_onednn_compiles():

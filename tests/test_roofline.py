@@ -87,3 +87,12 @@ def test_measure_reports_this_process():
 def test_bound_for_a_custom_model_spec():
     spec = ModelSpec("tiny", TINY)
     assert workload_bound(spec, machine(), [5, 6], [2, 3]).seconds > 0
+
+
+def test_measure_times_the_largest_step_on_fewer_layers():
+    """The prefill rate at a large step comes from fewer layers, for about the arithmetic of 512 rows on all."""
+    m = measure(TINY, decode_rows=3, prefill_rows=2048)
+    assert m.prefill_rows == 2048 and "at 2048 rows" in m.describe()
+    assert math.isfinite(m.prefill_flops) and m.prefill_flops > 0
+    few = ModelMatmuls(TINY, num_layers=1)
+    assert few.flops_per_row * TINY.num_layers == ModelMatmuls(TINY).flops_per_row

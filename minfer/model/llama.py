@@ -14,6 +14,7 @@ cache of chapter 03, or Triton kernels (chapter 07) -- the model never changes.
 from __future__ import annotations
 
 import functools
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
@@ -25,14 +26,18 @@ from minfer.ops.linear import PackedWeight, packed_linear, repack
 
 
 class RMSNorm(nn.Module):
-    """Root-mean-square norm, computed in float32 whatever the weights' dtype (as Hugging Face does)."""
+    """Root-mean-square norm, computed in float32 whatever the weights' dtype (as Hugging Face does).
+    ``kernels``: the compiled CPU kernels when the model uses them (``LlamaModel.use_pointwise_backend``)."""
 
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
+        self.kernels: ModuleType | None = None
 
     def forward(self, x: Tensor) -> Tensor:  # x / sqrt(mean(x^2) + eps), then the learned scale
+        if self.kernels is not None:  # the same arithmetic in one pass over each row
+            return self.kernels.rms_norm(x, self.weight, self.eps)
         return F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype) * self.weight
 
 
@@ -110,6 +115,12 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos + rotated * sin
 
 
+def silu_mul(gate_up: Tensor) -> Tensor:
+    """The MLP's gate: ``silu(gate) * up``, from the fused product's two halves."""
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
 class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, index: int) -> None:
         super().__init__()
@@ -126,6 +137,7 @@ class DecoderLayer(nn.Module):
         self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.kernels: ModuleType | None = None  # as RMSNorm.kernels: rotary and SiLU-and-mul by the CPU kernels
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attention: Attention) -> Tensor:
         t, nh, nkv = x.shape[0], self.num_heads, self.num_kv_heads
@@ -134,11 +146,19 @@ class DecoderLayer(nn.Module):
         qk = qk.view(t, nh + nkv, self.head_dim)  # the heads of q, then those of k
         if self.q_norm is not None and self.k_norm is not None:  # Qwen3: q and k heads normalized before rotary
             qk = torch.cat([self.q_norm(qk[:, :nh]), self.k_norm(qk[:, nh:])], dim=1)
-        q, k = apply_rotary(qk, cos, sin).split([nh, nkv], dim=1)  # q and k rotate in one pass
+        q, k = self.rotate(qk, cos, sin).split([nh, nkv], dim=1)  # q and k rotate in one pass
         attn = attention(self.index, q, k, v.view(t, nkv, self.head_dim))  # the only place requests' tokens meet
         x = x + self.o_proj(attn.reshape(t, -1))
-        gate, up = self.gate_up_proj(self.post_attention_layernorm(x)).chunk(2, dim=-1)
-        return x + self.down_proj(F.silu(gate) * up)
+        return x + self.down_proj(self.silu_mul(self.gate_up_proj(self.post_attention_layernorm(x))))
+
+    def rotate(self, qk: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        if self.kernels is not None:  # in place: qk is this layer's own fresh product
+            self.kernels.rotary_(qk, cos, sin)
+            return qk
+        return apply_rotary(qk, cos, sin)
+
+    def silu_mul(self, gate_up: Tensor) -> Tensor:
+        return silu_mul(gate_up) if self.kernels is None else self.kernels.silu_mul(gate_up)
 
 
 class LlamaModel(nn.Module):
@@ -194,6 +214,21 @@ class LlamaModel(nn.Module):
             if packed is not linear.packed:  # (nn.Module's attribute setter is slow, and the runner calls this
                 linear.packed = packed       # at every step, where nothing has changed)
         self.lm_head_packed = repack(self.lm_head_weight, self.lm_head_packed, transposed=False) if onednn else None
+
+    def use_pointwise_backend(self, name: str) -> None:
+        """Run the norms, rotary and SiLU-and-mul through ``name``: ``"torch"`` (the operators written above) or
+        ``"cpp"`` (compiled CPU kernels, ``minfer/ops/pointwise.py``; resolve ``"auto"`` there first)."""
+        from minfer.ops.pointwise import kernels
+
+        compiled = kernels() if name == "cpp" else None
+        for module in self.pointwise_modules:
+            if module.kernels is not compiled:  # (as in use_linear_backend: set only what changes)
+                module.kernels = compiled
+
+    @functools.cached_property
+    def pointwise_modules(self) -> list[RMSNorm | DecoderLayer]:
+        """Every module whose per-token steps the pointwise backend runs, found once."""
+        return [m for m in self.modules() if isinstance(m, (RMSNorm, DecoderLayer))]
 
     @functools.cached_property
     def linears(self) -> list[Linear]:

@@ -15,12 +15,12 @@ from __future__ import annotations
 import functools
 import importlib
 import os
-import shutil
 import sys
 
 import torch
 
 from minfer.ops.attention import AttentionBackend, AttentionOps
+from minfer.ops.cpp_build import have_compiler
 
 BACKENDS: dict[str, AttentionBackend] = {b.name: b for b in (
     AttentionBackend(  # "auto" on the CPU where it builds (cpp_paged_attention.available); else the reference
@@ -90,11 +90,6 @@ def load_backend(backend: AttentionBackend, device: torch.device | str) -> Atten
     if backend.prepare is not None:
         _resolve(backend.prepare)()
     return AttentionOps(backend, _resolve(backend.store_kv), _resolve(backend.attend))
-
-
-def have_compiler() -> bool:
-    """Whether a C++ compiler is on the PATH (``$CXX``, else ``c++``); on Windows the loader finds MSVC."""
-    return os.name == "nt" or shutil.which(os.environ.get("CXX", "c++")) is not None
 
 
 def enable_triton_interpreter() -> None:

@@ -72,7 +72,9 @@ class Group:
     rows: slice  # their query rows in the flat batch
     block_tables: Tensor  # their block tables, cut to the blocks ``length`` tokens need
     length: int  # keys to gather per request (the longest of the group)
-    visible: Tensor  # [requests, queries, length]: which gathered keys each query may see
+    # [requests, queries, length]: which gathered keys each query may see; None for a whole prompt in one chunk,
+    # which is plain causal attention (SDPA's is_causal skips the hidden half instead of reading a mask)
+    visible: Tensor | None
     decode: bool
 
 
@@ -89,10 +91,12 @@ def attention_groups(meta: AttentionMetadata, block_size: int, device: torch.dev
         groups.append(Group(slice(a, b), tables, length, visible[:, None], decode=True))
     for i in range(nd, len(seq_lens)):  # prefill chunks: a few per step, each a causal block
         s, e, length = starts[i], starts[i + 1], seq_lens[i]
-        pos = torch.arange(length - (e - s), length, device=device)  # the chunk's positions
-        visible = torch.arange(length, device=device)[None, :] <= pos[:, None]
         tables = meta.block_tables[i : i + 1, : ceil_div(length, block_size)]
-        groups.append(Group(slice(s, e), tables, length, visible[None], decode=False))
+        sees: Tensor | None = None  # a whole prompt in one chunk: plain causal attention
+        if length > e - s:  # a later chunk: its queries also see every token cached before it
+            pos = torch.arange(length - (e - s), length, device=device)  # the chunk's positions
+            sees = (torch.arange(length, device=device)[None, :] <= pos[:, None])[None]
+        groups.append(Group(slice(s, e), tables, length, sees, decode=False))
     return groups
 
 
@@ -112,7 +116,9 @@ def attend(q: Tensor, k_cache: Tensor, v_cache: Tensor, groups: list[Group], out
         # queries as [requests, heads, queries, dim]: a decode group has one query per request,
         # a prefill chunk is one request with many queries
         queries = q[g.rows, :, None] if g.decode else q[g.rows].transpose(0, 1)[None]
-        o = F.scaled_dot_product_attention(queries, keys, values, attn_mask=g.visible[:, None], enable_gqa=True)
+        mask = None if g.visible is None else g.visible[:, None]
+        o = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, is_causal=mask is None,
+                                           enable_gqa=True)
         out[g.rows] = o[:, :, 0] if g.decode else o[0].transpose(0, 1)
 
 

@@ -1,0 +1,80 @@
+"""Compiling minfer's C++ CPU kernels: one extension module per source file, built once per machine.
+
+PyTorch's C++ extension loader compiles a source on first use (about 30 s; it needs a C++ compiler, and OpenMP
+to use every core) into a folder under minfer's cache, so later processes load the module in well under a
+second. Two sources use it: ``csrc/paged_attention_cpu.cpp`` (decode attention, ``cpp_paged_attention.py``) and
+``csrc/pointwise_cpu.cpp`` (RMSNorm, rotary, SiLU-and-mul, ``pointwise.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from minfer.paths import cache_root
+
+
+def have_compiler() -> bool:
+    """Whether a C++ compiler is on the PATH (``$CXX``, else ``c++``); on Windows the loader finds MSVC."""
+    import shutil
+
+    return os.name == "nt" or shutil.which(os.environ.get("CXX", "c++")) is not None
+
+
+def compiler_flags() -> list[str]:
+    """Optimize for this very CPU (the build is per machine) and let OpenMP share the tasks among the cores.
+    Apple's clang has no OpenMP: there the kernels build, and run on one core."""
+    if os.name == "nt":
+        return ["/O2", "/openmp"]
+    flags = ["-O3"]
+    if platform.machine() in ("x86_64", "AMD64"):
+        flags.append("-march=native")
+    if sys.platform != "darwin":
+        flags.append("-fopenmp")
+    return flags
+
+
+def build_folder(source: Path) -> Path:
+    """One folder per PyTorch installation and kernel source, under minfer's cache folder.
+
+    Per installation: two environments with the same torch version compile against different header paths,
+    and sharing a folder would make each rebuild (and overwrite) the other's module. Per source, by content
+    and not by path: the build rule names the file it compiles, so two checkouts of the same kernel (a
+    student copy beside the repository) would each rebuild the other's module if they compiled their own
+    file; they compile the folder's copy instead, once. An edited kernel gets a folder of its own."""
+    where = hashlib.sha1(str(Path(torch.__file__).resolve().parent).encode()).hexdigest()[:8]
+    text = source.read_bytes()
+    build = (cache_root() / "extensions" / f"torch-{torch.__version__}-{where}"
+             / f"{source.stem}-{hashlib.sha1(text).hexdigest()[:8]}")
+    build.mkdir(parents=True, exist_ok=True)
+    copy = build / source.name
+    if not copy.exists():  # compiled from a copy in the folder (see above)
+        partial = copy.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_bytes(text)
+        partial.replace(copy)  # atomic: a process starting beside this one reads the whole file or none
+    return build
+
+
+def load_extension(name: str, source: Path, what: str) -> ModuleType:
+    """The module compiled from ``source`` (built once per machine and PyTorch version, then loaded); ``what``
+    names it in messages, e.g. "the CPU paged-attention kernel". Callers keep the module (``functools.cache``)."""
+    from torch.utils.cpp_extension import load
+
+    if not have_compiler():
+        raise RuntimeError(f"{what} is C++ compiled on first use, but no C++ compiler was found "
+                           "(install g++ or clang, or set CXX)")
+    build = build_folder(source)
+    if not any(build.glob(f"{name}*.so")) and not any(build.glob(f"{name}*.pyd")):
+        print(f"minfer: compiling {what} into {build} (once, about 30 s)", file=sys.stderr)
+    flags = compiler_flags()
+    try:
+        return load(name, [str(build / source.name)], extra_cflags=flags, build_directory=str(build),
+                    extra_ldflags=["-fopenmp"] if "-fopenmp" in flags else [])  # MSVC links OpenMP by itself
+    except Exception as e:  # the compiler's own log is above
+        raise RuntimeError(f"could not build {what} ({e})") from e

@@ -1,0 +1,74 @@
+"""The per-token steps of a decoder layer by name: PyTorch's operators, or compiled CPU kernels.
+
+Between its matrix products a decoder layer normalizes (RMSNorm, twice), rotates q and k (rotary), and gates its
+MLP (SiLU-and-mul). Written in PyTorch (``minfer/model/llama.py``) each is several operators -- RMSNorm alone
+squares, averages, adds, takes a reciprocal square root and multiplies twice -- and each operator reads its input
+from memory, writes a new tensor and costs a dispatch of a few microseconds. ``csrc/pointwise_cpu.cpp`` does each
+step in one pass over its rows. Same arithmetic, in float32 (sums in another order, so the last bits may differ);
+the products still take most of a step, so this is worth a few percent of it (the README's benchmark measures).
+
+Backends:
+
+* ``"torch"``: the PyTorch operators of ``minfer/model/llama.py`` (any device, any dtype);
+* ``"cpp"``: the kernels, compiled once per machine (``cpp_build.py``; the CPU, with a C++ compiler);
+* ``"auto"``: ``"cpp"`` on the CPU where the kernels build (a one-line notice once when they do not), else
+  ``"torch"``.
+
+``LlamaModel.use_pointwise_backend`` applies one to a model; the runner applies its engine's at every step.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from minfer.ops.cpp_build import load_extension
+from minfer.types import PointwiseBackendName
+
+SOURCE = Path(__file__).with_name("csrc") / "pointwise_cpu.cpp"
+NAME = "minfer_pointwise_cpu"
+
+
+@functools.cache
+def kernels() -> ModuleType:
+    """The compiled module: ``rms_norm(x, weight, eps)``, ``rotary_(x, cos, sin)`` (in place), ``silu_mul(gate_up)``."""
+    try:
+        return load_extension(NAME, SOURCE, "the CPU pointwise kernels")
+    except RuntimeError as e:
+        raise RuntimeError(f"{e}; pointwise_backend='torch' runs the same steps without compiling") from e
+
+
+@functools.cache
+def unready(device_type: str) -> str | None:
+    """Why the kernels cannot run on ``device_type`` here, or None when they can (asked once per process)."""
+    if device_type != "cpu":
+        return "they run on the CPU"
+    try:
+        kernels()
+    except RuntimeError as e:
+        return str(e)
+    return None
+
+
+@functools.cache
+def _notice(problem: str) -> None:  # once per process, as the attention backend's
+    print(f"minfer: pointwise_backend='auto' skips 'cpp' ({problem}); PyTorch's operators do the same", file=sys.stderr)
+
+
+def resolve_pointwise_backend(name: PointwiseBackendName, device: torch.device | str) -> str:
+    """The backend ``name`` means on ``device``: ``"auto"`` picks the kernels on a CPU where they build; an explicit
+    ``"cpp"`` that cannot build is an error that says why."""
+    kind = torch.device(device).type
+    if name == "torch" or (name == "auto" and kind != "cpu"):
+        return "torch"
+    problem = unready(kind)
+    if problem is None:
+        return "cpp"
+    if name == "auto":
+        _notice(problem)
+        return "torch"
+    raise ValueError(f"pointwise_backend='cpp' cannot run here: {problem}")
