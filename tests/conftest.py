@@ -54,6 +54,15 @@ def alone(prompt: tuple[int, ...], max_tokens: int) -> tuple[int, ...]:
     return tuple(run_checked(e)["solo"].outputs[0].token_ids)
 
 
+@torch.inference_mode()
+def whole_sequence_hidden(model, ids: list[int]) -> torch.Tensor:
+    """Every position's final hidden state for one sequence: the model alone over a contiguous cache, no engine."""
+    from minfer.kv.contiguous import ContiguousKVCache
+
+    cache, pos = ContiguousKVCache(model.config, 1, len(ids)), torch.arange(len(ids))
+    return model(torch.tensor(ids), pos, cache.attention(torch.tensor([0]), pos[None]))
+
+
 def check_engines_sharing_a_model(tiny, field: str, backends: tuple[str, str], uses) -> None:
     """Two engines on one model object, ``field`` set to each of ``backends``, stepped in turn: after each step the
     model runs that engine's backend (``uses(model) == backend``: the runner sets it at every step), and each

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import check_engines_sharing_a_model
+from conftest import check_engines_sharing_a_model, whole_sequence_hidden
 from minfer import EngineConfig
-from minfer.kv.contiguous import ContiguousKVCache
 from minfer.model.loader import load_model
 from minfer.ops.linear import onednn_supports, packed_linear, padded_rows, repack, resolve_linear_backend
 
@@ -15,11 +14,10 @@ needs_onednn = pytest.mark.skipif(onednn_supports(torch.float32, "cpu") is not N
                                   reason=f"{onednn_supports(torch.float32, 'cpu')}")
 
 
-@torch.inference_mode()
 def logits(model, ids: list[int]) -> torch.Tensor:
-    """Every position's logits for one sequence (a contiguous cache: no engine, only the model's products)."""
-    cache, pos = ContiguousKVCache(model.config, 1, len(ids)), torch.arange(len(ids))
-    return model.compute_logits(model(torch.tensor(ids), pos, cache.attention(torch.tensor([0]), pos[None])))
+    """Every position's logits for one sequence (no engine, only the model's products)."""
+    with torch.inference_mode():
+        return model.compute_logits(whole_sequence_hidden(model, ids))
 
 
 @needs_onednn

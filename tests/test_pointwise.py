@@ -6,9 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import check_engines_sharing_a_model
+from conftest import check_engines_sharing_a_model, whole_sequence_hidden
 from minfer import EngineConfig
-from minfer.kv.contiguous import ContiguousKVCache
 from minfer.model.llama import RMSNorm, apply_rotary, silu_mul
 from minfer.model.loader import load_model
 from minfer.ops import pointwise
@@ -81,21 +80,15 @@ def test_kernels_refuse_tensors_they_cannot_read(kernels):
         kernels.silu_mul(torch.randn(4, 7))
 
 
-@torch.inference_mode()
-def hidden(model, ids: list[int]) -> torch.Tensor:
-    cache, pos = ContiguousKVCache(model.config, 1, len(ids)), torch.arange(len(ids))
-    return model(torch.tensor(ids), pos, cache.attention(torch.tensor([0]), pos[None]))
-
-
 @needs_kernels
 def test_the_model_gives_the_same_hidden_states_with_either_backend():
     model, _ = load_model("tiny-random")
     ids = list(range(3, 60))
     model.use_pointwise_backend("torch")
-    reference = hidden(model, ids)
+    reference = whole_sequence_hidden(model, ids)
     model.use_pointwise_backend("cpp")
     assert all(m.kernels is not None for m in model.pointwise_modules) and model.norm.kernels is not None
-    compiled = hidden(model, ids)
+    compiled = whole_sequence_hidden(model, ids)
     model.use_pointwise_backend("torch")
     assert model.layers[0].kernels is None and model.layers[0].input_layernorm.kernels is None
     torch.testing.assert_close(compiled, reference, atol=1e-5, rtol=1e-5)

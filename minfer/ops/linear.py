@@ -6,7 +6,7 @@ copies tiles of ``W`` into the order its inner kernel reads, then multiplies. A 
 per running request), so that copy costs as much as the arithmetic -- and MKL picks slow code paths on AMD
 processors. oneDNN (the library under ``torch.ops.mkldnn``, which vLLM's CPU backend also calls) can *pack* a
 weight once into its kernels' blocked layout and reuse it at every call. Same products, same float32
-arithmetic (sums in another order, so results differ in the last bits); chapter 10 measures what it buys.
+arithmetic (sums in another order, so results differ in the last bits); chapter 01 measures what it buys.
 
 Backends:
 
