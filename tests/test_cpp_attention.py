@@ -84,17 +84,24 @@ def test_a_missing_compiler_is_named(monkeypatch):
 
 
 def test_two_checkouts_of_one_kernel_share_a_build_and_an_edited_kernel_gets_its_own(tmp_path, monkeypatch):
-    """The build folder is keyed by the source's content, not its path: a student copy beside the repository
-    loads the module the repository compiled instead of rebuilding it (and making the repository rebuild)."""
+    """The build folder is keyed by the source's content and its headers', not its path: a student copy beside the
+    repository loads the module the repository compiled instead of rebuilding it (and making the repository
+    rebuild); an edit to the kernel or to a header it includes builds anew."""
+    import shutil
+
     from minfer.ops.cpp_build import build_folder
     from minfer.ops.cpp_paged_attention import SOURCE
 
     monkeypatch.setenv("MINFER_CACHE", str(tmp_path / "cache"))
     here = build_folder(SOURCE)
     copy = tmp_path / "copy" / SOURCE.name
-    copy.parent.mkdir()
-    copy.write_bytes(SOURCE.read_bytes())
+    shutil.copytree(SOURCE.parent, copy.parent)
     assert build_folder(copy) == here
     assert (here / SOURCE.name).read_bytes() == SOURCE.read_bytes()  # what the loader compiles
+    header = SOURCE.with_name("vector_math.h")
+    assert (here / header.name).read_bytes() == header.read_bytes()  # and what it includes
+    copy.with_name(header.name).write_text(header.read_text() + "\n// edited\n")
+    edited_header = build_folder(copy)
+    assert edited_header != here and edited_header.parent == here.parent
     copy.write_text(copy.read_text() + "\n// edited\n")
-    assert build_folder(copy) != here and build_folder(copy).parent == here.parent
+    assert build_folder(copy) not in (here, edited_header)

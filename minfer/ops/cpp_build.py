@@ -3,7 +3,8 @@
 PyTorch's C++ extension loader compiles a source on first use (about 30 s; it needs a C++ compiler, and OpenMP
 to use every core) into a folder under minfer's cache, so later processes load the module in well under a
 second. Two sources use it: ``csrc/paged_attention_cpu.cpp`` (decode attention, ``cpp_paged_attention.py``) and
-``csrc/pointwise_cpu.cpp`` (RMSNorm, rotary, SiLU-and-mul, ``pointwise.py``).
+``csrc/pointwise_cpu.cpp`` (RMSNorm, rotary, SiLU-and-mul, ``pointwise.py``); both include ``csrc/vector_math.h``
+(sums in vector lanes, a vectorizable ``exp``).
 """
 
 from __future__ import annotations
@@ -47,17 +48,23 @@ def build_folder(source: Path) -> Path:
     and sharing a folder would make each rebuild (and overwrite) the other's module. Per source, by content
     and not by path: the build rule names the file it compiles, so two checkouts of the same kernel (a
     student copy beside the repository) would each rebuild the other's module if they compiled their own
-    file; they compile the folder's copy instead, once. An edited kernel gets a folder of its own."""
+    file; they compile the folder's copy instead, once. The headers beside the source (``csrc/*.h``, shared by
+    the kernels) are copied with it and count in its content. An edited kernel or header gets a folder of its
+    own."""
     where = hashlib.sha1(str(Path(torch.__file__).resolve().parent).encode()).hexdigest()[:8]
-    text = source.read_bytes()
+    files = {source.name: source.read_bytes()} | {h.name: h.read_bytes() for h in sorted(source.parent.glob("*.h"))}
+    content = hashlib.sha1()
+    for name, text in files.items():
+        content.update(name.encode() + b"\0" + text)
     build = (cache_root() / "extensions" / f"torch-{torch.__version__}-{where}"
-             / f"{source.stem}-{hashlib.sha1(text).hexdigest()[:8]}")
+             / f"{source.stem}-{content.hexdigest()[:8]}")
     build.mkdir(parents=True, exist_ok=True)
-    copy = build / source.name
-    if not copy.exists():  # compiled from a copy in the folder (see above)
-        partial = copy.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_bytes(text)
-        partial.replace(copy)  # atomic: a process starting beside this one reads the whole file or none
+    for name, text in files.items():  # compiled from copies in the folder (see above)
+        copy = build / name
+        if not copy.exists():
+            partial = copy.with_suffix(f".{os.getpid()}.tmp")
+            partial.write_bytes(text)
+            partial.replace(copy)  # atomic: a process starting beside this one reads the whole file or none
     return build
 
 

@@ -8,12 +8,19 @@
 //
 // One task per request. A block holds block_size tokens, each with the rows of every KV head side by side,
 // so a task reads each block as one contiguous stretch of memory -- the pattern the CPU's prefetcher follows
-// best (a task per (request, KV head) read a third of every row and was about 30% slower). Inside a block
-// the loop goes token by token, KV head by KV head, and each key row serves the G = Hq / Hkv query heads that
-// share it (grouped-query attention). Threads take requests one at a time (OpenMP's dynamic schedule): the
-// runner sorts decodes longest first, so a fixed half of the list each would leave one thread most of the work.
+// best (a task per (request, KV head) read a third of every row and was about 30% slower; so was a loop over
+// query heads inside the task, even with its sums held in registers: the block pool hands a request consecutive
+// blocks, and a walk over whole blocks reads them as one stream). Inside a block the loop goes token by token,
+// KV head by KV head, and each key row serves the G = Hq / Hkv query heads that share it (grouped-query
+// attention). Threads take requests one at a time (OpenMP's dynamic schedule): the runner sorts decodes longest
+// first, so a fixed half of the list each would leave one thread most of the work.
 // Softmax is the plain two-pass kind: all scores first (a few KB), then exp and the sum, then the weighted
 // sum of V rows. Accumulation is in float32 whatever the cache's dtype.
+//
+// The arithmetic must keep up with the memory. Each score is a dot product of D values, added in 16 running sums
+// by vector_math.h's lane_sum: with the plain `s += q[d] * k[d]` the compiler adds the D products one at a time,
+// in order, and the kernel ran at two thirds of the speed at which it could read the cache. exp_poly vectorizes
+// the softmax's exponentials (std::exp is a library call per score).
 //
 // The head size is a template parameter for the common sizes (64, 128): with a constant trip count the
 // compiler unrolls the loops over it into a handful of vector instructions. Walking the table block by block,
@@ -24,9 +31,13 @@
 #include <ATen/Parallel.h>  // at::get_num_threads: as many threads as PyTorch's own operators
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 #include <vector>
+
+#include "vector_math.h"
+
+using minfer::exp_poly;
+using minfer::lane_sum;
 
 template <typename scalar_t, int64_t kHeadDim>  // kHeadDim: the head size, or 0 to read it at run time
 static void decode_attention_kernel(const torch::Tensor& q, const torch::Tensor& k_cache,
@@ -76,10 +87,7 @@ static void decode_attention_kernel(const torch::Tensor& q, const torch::Tensor&
       for_each_row(k_ptr, [&](const scalar_t* k, int64_t t, int64_t h) {
         for (int64_t hq = h * group; hq < (h + 1) * group; ++hq) {
           const float* qh = queries.data() + hq * head_dim;
-          float s = 0.f;
-#pragma omp simd reduction(+ : s)
-          for (int64_t d = 0; d < head_dim; ++d) s += qh[d] * float(k[d]);
-          scores[hq * len + t] = s;
+          scores[hq * len + t] = lane_sum(head_dim, [&](int64_t d) { return qh[d] * float(k[d]); });
         }
       });
       // softmax weights: exp(s - max), and 1 / their sum (applied once, to the output)
@@ -88,7 +96,8 @@ static void decode_attention_kernel(const torch::Tensor& q, const torch::Tensor&
         float* s = scores.data() + hq * len;
         float max = -std::numeric_limits<float>::infinity(), sum = 0.f;
         for (int64_t t = 0; t < len; ++t) max = std::max(max, s[t]);
-        for (int64_t t = 0; t < len; ++t) sum += (s[t] = std::exp(s[t] - max));
+#pragma omp simd reduction(+ : sum)
+        for (int64_t t = 0; t < len; ++t) sum += (s[t] = exp_poly(s[t] - max));
         inv_sum[hq] = 1.f / sum;
       }
       // pass 2: the weighted sum of value rows, walked the same way

@@ -17,7 +17,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
+
+#include "vector_math.h"
+
+using minfer::exp_poly;
+using minfer::lane_sum;
 
 // rows per task: enough work (about 64k values) that sharing it out pays for waking the other threads
 static int64_t grain(int64_t row_size) { return std::max<int64_t>(1, 65536 / std::max<int64_t>(row_size, 1)); }
@@ -33,9 +37,7 @@ static void rms_norm_kernel(const torch::Tensor& x, const torch::Tensor& weight,
     for (int64_t r = begin; r < end; ++r) {
       const scalar_t* xr = xp + r * x_row;
       scalar_t* o = op + r * out_row;
-      float squares = 0.f;
-#pragma omp simd reduction(+ : squares)
-      for (int64_t i = 0; i < h; ++i) squares += float(xr[i]) * float(xr[i]);
+      const float squares = lane_sum(h, [&](int64_t i) { return float(xr[i]) * float(xr[i]); });
       const float inv = 1.f / std::sqrt(squares / float(h) + float(eps));
 #pragma omp simd
       for (int64_t i = 0; i < h; ++i) o[i] = scalar_t(float(scalar_t(float(xr[i]) * inv)) * float(w[i]));
@@ -69,32 +71,6 @@ static void rotary_kernel(torch::Tensor& x, const torch::Tensor& cos, const torc
       }
     }
   });
-}
-
-// e^x for x in [-87, 88] as 2^n * e^r: n = round(x / ln 2), r = x - n ln 2 in [-ln2/2, ln2/2], and e^r by Cephes'
-// polynomial (within 2 units of the last place). Arithmetic and bit moves only, so the compiler turns the loop that
-// calls it into vector instructions (std::exp would be one library call per value; a float-to-int conversion would
-// keep GCC from vectorizing unless told that float exceptions do not matter). The rounding uses the float format:
-// adding 1.5 * 2^23 leaves round(x / ln 2) in the low bits of the sum's mantissa, where 2^n is built from it.
-static inline float exp_poly(float x) {
-  constexpr float kShift = 12582912.f;   // 1.5 * 2^23, whose bits are 0x4B400000
-  x = x < -87.f ? -87.f : (x > 88.f ? 88.f : x);
-  const float shifted = x * 1.44269504088896341f + kShift;
-  const float n = shifted - kShift;
-  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;  // ln 2 in two parts, so r keeps its low bits
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.f;
-  int32_t bits;
-  std::memcpy(&bits, &shifted, sizeof bits);
-  bits = (bits - 0x4B400000 + 127) << 23;  // n + 127 into the exponent field: the float 2^n
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
 }
 
 // out = silu(gate) * up, where gate_up: [T, 2I] holds gate then up side by side (one fused product made both);

@@ -1,0 +1,77 @@
+// Arithmetic the compiler can turn into vector instructions, shared by minfer's C++ kernels.
+//
+// Both helpers exist because the plainest C++ for them compiles to scalar code. A running sum `s += x[i]` must add
+// its terms in order, one at a time: floating-point addition is not associative, so the compiler may not regroup
+// it, and without -ffast-math it does not (`#pragma omp simd reduction` vectorizes the terms, then still adds
+// them up one by one). And std::exp is a library call per value. The kernels are built per machine with
+// -march=native (cpp_build.py), so a loop the compiler can vectorize runs at the width this CPU has.
+
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace minfer {
+
+constexpr int64_t kLanes = 16;  // running partial sums: one AVX-512 register of float32, or two AVX2 ones
+
+// part[0] + ... + part[15], added pairwise: the upper half onto the lower, then again, down to one value. Every
+// step is one vector instruction. AVX-512 has the sequence as one intrinsic; GCC's adds in this very order, so
+// the two paths give the same float.
+inline float sum_lanes(const float (&part)[kLanes]) {
+#if defined(__AVX512F__)
+  return _mm512_reduce_add_ps(_mm512_loadu_ps(part));
+#else
+  float p[kLanes];
+  for (int64_t l = 0; l < kLanes; ++l) p[l] = part[l];
+  for (int64_t l = 0; l < 8; ++l) p[l] += p[l + 8];
+  for (int64_t l = 0; l < 4; ++l) p[l] += p[l + 4];
+  for (int64_t l = 0; l < 2; ++l) p[l] += p[l + 2];
+  return p[0] + p[1];
+#endif
+}
+
+// term(0) + ... + term(n - 1), in kLanes running sums: lane l takes i = l, l + kLanes, l + 2 kLanes, ... Each lane
+// is a sum of its own, so a pass over kLanes terms is one vector multiply-add; the lanes are added at the end.
+// With n a compile-time constant the loops unroll completely.
+template <typename Term>
+inline float lane_sum(int64_t n, Term&& term) {
+  float part[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) part[l] += term(i + l);
+  for (int64_t l = 0; i < n; ++i, ++l) part[l] += term(i);  // n not a multiple of kLanes
+  return sum_lanes(part);
+}
+
+// e^x for x in [-87, 88] as 2^n * e^r: n = round(x / ln 2), r = x - n ln 2 in [-ln2/2, ln2/2], and e^r by Cephes'
+// polynomial (within 2 units of the last place). Arithmetic and bit moves only, so a loop that calls it becomes
+// vector instructions (a float-to-int conversion would keep GCC from vectorizing unless told that float exceptions
+// do not matter). The rounding uses the float format: adding 1.5 * 2^23 leaves round(x / ln 2) in the low bits of
+// the sum's mantissa, where 2^n is built from it.
+inline float exp_poly(float x) {
+  constexpr float kShift = 12582912.f;   // 1.5 * 2^23, whose bits are 0x4B400000
+  x = x < -87.f ? -87.f : (x > 88.f ? 88.f : x);
+  const float shifted = x * 1.44269504088896341f + kShift;
+  const float n = shifted - kShift;
+  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;  // ln 2 in two parts, so r keeps its low bits
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.f;
+  int32_t bits;
+  std::memcpy(&bits, &shifted, sizeof bits);
+  bits = (bits - 0x4B400000 + 127) << 23;  // n + 127 into the exponent field: the float 2^n
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+}  // namespace minfer
