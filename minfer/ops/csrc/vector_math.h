@@ -19,19 +19,17 @@ namespace minfer {
 
 constexpr int64_t kLanes = 16;  // running partial sums: one AVX-512 register of float32, or two AVX2 ones
 
-// part[0] + ... + part[15], added pairwise: the upper half onto the lower, then again, down to one value. Every
-// step is one vector instruction. AVX-512 has the sequence as one intrinsic; GCC's adds in this very order, so
-// the two paths give the same float.
-inline float sum_lanes(const float (&part)[kLanes]) {
+// part[0] + ... + part[15], added pairwise: the upper half onto the lower, then again, down to one value (part is
+// used up). Every step is one vector instruction. AVX-512 has the sequence as one intrinsic; GCC's adds in this
+// very order, so the two paths give the same float.
+inline float sum_lanes(float (&part)[kLanes]) {
 #if defined(__AVX512F__)
   return _mm512_reduce_add_ps(_mm512_loadu_ps(part));
 #else
-  float p[kLanes];
-  for (int64_t l = 0; l < kLanes; ++l) p[l] = part[l];
-  for (int64_t l = 0; l < 8; ++l) p[l] += p[l + 8];
-  for (int64_t l = 0; l < 4; ++l) p[l] += p[l + 4];
-  for (int64_t l = 0; l < 2; ++l) p[l] += p[l + 2];
-  return p[0] + p[1];
+  for (int64_t l = 0; l < 8; ++l) part[l] += part[l + 8];
+  for (int64_t l = 0; l < 4; ++l) part[l] += part[l + 4];
+  for (int64_t l = 0; l < 2; ++l) part[l] += part[l + 2];
+  return part[0] + part[1];
 #endif
 }
 
