@@ -52,6 +52,7 @@ from minfer.metrics import SLO, Summary, summarize
 from minfer.ops.backends import resolve_backend
 from minfer.ops.linear import resolve_linear_backend
 from minfer.ops.pointwise import resolve_pointwise_backend
+from minfer.types import LinearBackendName
 from minfer.units import ceil_div
 from minfer.workload import WorkItem, bursts, fixed_mix, load_workload, long_prompt_spike, poisson, submit, uniform_mix
 
@@ -116,33 +117,40 @@ def engine_runner(config: EngineConfig, slo: SLO | None = None, seed: int = 0) -
 
 # the README benchmark's engines: what ``LLM(...)`` builds with no flags (``OFFLINE_DEFAULTS``: up to 32 prompts
 # share a step's 2048-token prefill budget; attention and pointwise steps "auto", the compiled CPU kernels where a
-# compiler is present; products "auto", oneDNN on packed weights), and the same engine without the C++ kernels (what
-# runs without a compiler), with plain ``x @ W`` products, or in bfloat16
+# compiler is present; products "auto", minfer's C++ kernel on packed weights), and the same engine without the C++
+# kernels (what runs without a compiler), with oneDNN's products on its packed weights, with plain ``x @ W``
+# products, or in bfloat16
 # every system by name; the default benchmark runs them in this order
 RUNNERS: dict[str, Runner] = {
     "minfer LLM() defaults": engine_runner(EngineConfig(**OFFLINE_DEFAULTS)),
     "minfer, no C++ kernels": engine_runner(EngineConfig(**OFFLINE_DEFAULTS, attention_backend="torch",
                                                          pointwise_backend="torch")),
+    "minfer, oneDNN products": engine_runner(EngineConfig(**OFFLINE_DEFAULTS, linear_backend="onednn")),
     "minfer, x @ W products": engine_runner(EngineConfig(**OFFLINE_DEFAULTS, linear_backend="torch")),
     "minfer, bfloat16": engine_runner(EngineConfig(**OFFLINE_DEFAULTS, dtype="bfloat16")),
     "minfer static batching": minfer_static_system,
     "HF generate, static batches": hf_static_system,
     "HF continuous batching": hf_continuous_system,
 }
+
+
+def describe_engine(linear_backend: LinearBackendName = "auto") -> Callable[[], dict]:
+    """What ``--json`` records of a minfer row: its backends as resolved on this machine, and its step sizes."""
+    return lambda: {"attention_backend": resolve_backend("auto", "cpu").name,
+                    "linear_backend": resolve_linear_backend(linear_backend, torch.float32, "cpu"),
+                    "pointwise_backend": resolve_pointwise_backend("auto", "cpu"), **OFFLINE_DEFAULTS}
+
+
 DESCRIPTIONS: dict[str, Callable[[], dict]] = {  # name → how the system ran (versions, settings), for --json
-    "minfer LLM() defaults": lambda: {"attention_backend": resolve_backend("auto", "cpu").name,
-                                      "linear_backend": resolve_linear_backend("auto", torch.float32, "cpu"),
-                                      "pointwise_backend": resolve_pointwise_backend("auto", "cpu"),
-                                      **OFFLINE_DEFAULTS},
-    "minfer, x @ W products": lambda: {"attention_backend": resolve_backend("auto", "cpu").name,
-                                       "linear_backend": "torch",
-                                       "pointwise_backend": resolve_pointwise_backend("auto", "cpu"),
-                                       **OFFLINE_DEFAULTS},
+    "minfer LLM() defaults": describe_engine(),
+    "minfer, oneDNN products": describe_engine("onednn"),
+    "minfer, x @ W products": describe_engine("torch"),
 }
 for _name, (_runner, _describe) in peers.systems().items():  # vLLM, llama.cpp: those installed here
     RUNNERS[_name], DESCRIPTIONS[_name] = _runner, _describe
-DEFAULT_SYSTEMS = ["minfer LLM() defaults", "minfer, no C++ kernels", "minfer, x @ W products", "minfer, bfloat16",
-                   "minfer static batching", "HF generate, static batches", "HF continuous batching",
+DEFAULT_SYSTEMS = ["minfer LLM() defaults", "minfer, no C++ kernels", "minfer, oneDNN products",
+                   "minfer, x @ W products", "minfer, bfloat16", "minfer static batching",
+                   "HF generate, static batches", "HF continuous batching",
                    "vLLM CPU backend, eager", "vLLM CPU backend, compiled", "llama.cpp (shipped Q4_1 GGUF)"]
 
 

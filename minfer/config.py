@@ -61,7 +61,7 @@ class EngineConfig:
     executor: ExecutorName = "model"  # "model" (real forward passes) or "sim" (roofline cost model, no weights)
     hardware: str | SimSpec | None = None  # sim only: a hardware spec name such as "H100-SXM", or a spec
     attention_backend: BackendName = "auto"  # a name in minfer.ops.backends.BACKENDS; auto: per device
-    linear_backend: LinearBackendName = "auto"  # matrix products: "torch" (x @ W) or "onednn" (packed, CPU); auto
+    linear_backend: LinearBackendName = "auto"  # matrix products: "torch" (x @ W), "cpp" or "onednn" (packed, CPU)
     pointwise_backend: PointwiseBackendName = "auto"  # RMSNorm, rotary, SiLU-and-mul: "torch" or "cpp" (CPU); auto
     cuda_graphs: bool = True  # capture decode steps in CUDA graphs (CUDA only)
     seed: int = 0  # for requests sampled without their own seed
@@ -127,8 +127,9 @@ class EngineConfig:
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
         if self.attention_backend == "cpp" and self.device != "cpu":
             raise ValueError("attention_backend='cpp' is a CPU kernel; on CUDA use 'triton' (or 'auto')")
-        if self.linear_backend == "onednn" and self.device != "cpu":
-            raise ValueError("linear_backend='onednn' packs weights for CPU kernels; on CUDA use 'torch' (or 'auto')")
+        if self.linear_backend in ("cpp", "onednn") and self.device != "cpu":
+            raise ValueError(f"linear_backend={self.linear_backend!r} packs weights for CPU kernels; on CUDA use "
+                             "'torch' (or 'auto')")
         if self.pointwise_backend == "cpp" and self.device != "cpu":
             raise ValueError("pointwise_backend='cpp' is CPU kernels; on CUDA use 'torch' (or 'auto')")
         for name in ("block_size", "max_num_seqs", "chunked_prefill_size", "max_prefill_chunks_per_step"):

@@ -16,9 +16,9 @@ What is measured, in a few seconds, at start (datasheet peaks say nothing about 
   products are short and wide: the library reaches a lower rate there, and streaming the weights counts;
 * **the read bandwidth**: one pass over a tensor far larger than any cache.
 
-Each product rate is the faster of the ways this PyTorch multiplies (``minfer/ops/linear.py``): plain ``x @ W``,
-and oneDNN with its weights packed where it runs. The bound is what the machine can do, whichever engine gets
-there.
+Each product rate is the fastest of the ways minfer multiplies (``minfer/ops/linear.py``): plain ``x @ W``, and
+minfer's C++ kernel and oneDNN on packed weights where they run. The bound is what the machine can do, whichever
+engine gets there.
 
 The bound prices the workload's prompt tokens at the prefill rate and its output tokens at the decode rate of
 a batch holding every request at once -- the best any schedule of this workload can do, if decodes run in
@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from minfer.model.config import ModelConfig
-from minfer.ops.linear import onednn_supports, packed_linear, repack
+from minfer.ops.linear import PACKED_BACKENDS, packed_linear, repack, supports
 from minfer.sim.cost import StepShape, roofline_terms
 from minfer.sim.models import ModelSpec
 
@@ -74,7 +74,8 @@ def layer_shapes(config: ModelConfig) -> list[tuple[int, int]]:
 class ModelMatmuls:
     """Every layer's weight matrices (random, the model's shapes, ``[in, out]`` as minfer stores them).
     ``rate(rows)`` runs them all once on ``rows`` input rows, as one forward pass would, and returns FLOP/s,
-    through ``linear_backend`` (``"torch"``: ``x @ W``; ``"onednn"``: packed weights, as the engine runs them).
+    through ``linear_backend`` (``"torch"``: ``x @ W``; ``"cpp"``, ``"onednn"``: packed weights, as the engine runs
+    them).
     ``num_layers``: fewer layers than the model's, to time many rows in less time (at hundreds of rows a product
     is bound by arithmetic, and a few layers' weights already stream from memory)."""
 
@@ -83,7 +84,8 @@ class ModelMatmuls:
         self.dtype, self.device, self.linear_backend = dtype, device, linear_backend
         self.weights = [torch.randn(i, o, dtype=dtype, device=device) * 0.02
                         for _ in range(num_layers or config.num_layers) for i, o in layer_shapes(config)]
-        self.packed = [repack(w, None, transposed=True) for w in self.weights] if linear_backend == "onednn" else []
+        self.packed = ([repack(w, None, transposed=True, backend=linear_backend) for w in self.weights]
+                       if linear_backend in PACKED_BACKENDS else [])
         self.flops_per_row = 2 * sum(w.numel() for w in self.weights)
 
     @property
@@ -147,7 +149,7 @@ def measure(config: ModelConfig, decode_rows: int, dtype: torch.dtype = torch.fl
     the largest step the engines judged take (a product's rate grows with its rows, so a bound measured at fewer
     rows than they use would not bound them); beyond 512 rows, fewer layers are timed, for the same arithmetic."""
     start = time.perf_counter()
-    backends = ["torch"] if onednn_supports(dtype, device) else ["torch", "onednn"]
+    backends = [name for name in ("torch", *PACKED_BACKENDS) if supports(name, dtype, device) is None]
     prefill_layers = max(1, config.num_layers * PREFILL_ROWS // max(prefill_rows, PREFILL_ROWS))
     prefill: dict[str, float] = {}
     decode: dict[str, float] = {}

@@ -20,10 +20,11 @@ PolicyName = Literal["fcfs", "priority", "sjf", "fair"]
 AdmissionMode = Literal["optimistic", "reserve"]
 ExecutorName = Literal["model", "sim"]
 BackendName = Literal["auto", "torch", "triton", "cpp"]
-LinearBackendName = Literal["auto", "torch", "onednn"]
+LinearBackendName = Literal["auto", "torch", "cpp", "onednn"]
 PointwiseBackendName = Literal["auto", "torch", "cpp"]
-"""How the model's matrix products run: ``torch`` (``x @ W``) or ``onednn`` (weights packed once for oneDNN's CPU
-kernels); ``auto``: oneDNN where it runs the model's dtype on this CPU (``minfer/ops/linear.py``)."""
+"""How the model's matrix products run: ``torch`` (``x @ W``), ``cpp`` (weights packed once for minfer's C++ kernel,
+float32 on the CPU) or ``onednn`` (packed once for oneDNN's CPU kernels); ``auto``: the first of ``cpp``, ``onednn``
+that runs the model's dtype on this CPU, else ``torch`` (``minfer/ops/linear.py``)."""
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 TimeoutAction = Literal["finish", "promote"]
 DeviceType = Literal["cpu", "cuda"]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from minfer.kv.contiguous import ContiguousKVCache
-from minfer.ops.linear import onednn_supports
+from minfer.ops.linear import PACKED_BACKENDS, supports
 
 PROMPTS = [
     "What is the capital of France?",
@@ -45,10 +45,12 @@ def greedy_decode(model, ids: list[int], n: int, eos: int) -> tuple[list[int], t
 
 
 @pytest.mark.parametrize("linear_backend", [
-    "torch", pytest.param("onednn", marks=pytest.mark.skipif(onednn_supports(torch.float32, "cpu") is not None,
-                                                             reason="no oneDNN in this PyTorch"))])
+    "torch", *(pytest.param(name, marks=pytest.mark.skipif(supports(name, torch.float32, "cpu") is not None,
+                                                           reason=f"{supports(name, torch.float32, 'cpu')}"))
+               for name in PACKED_BACKENDS)])
 def test_greedy_and_logits_equal_hugging_face(smollm2, hf_smollm2, linear_backend):
-    """Both ways of running the products: ``x @ W``, and oneDNN on packed weights (the CPU's default)."""
+    """Every way of running the products: ``x @ W``, minfer's C++ kernel (the CPU's default) and oneDNN, both on
+    packed weights."""
     model, tok = smollm2
     model.use_linear_backend(linear_backend)
     for prompt in PROMPTS:

@@ -1,4 +1,4 @@
-"""The model's matrix products through oneDNN's packed weights (``linear_backend``) against ``x @ W``."""
+"""The model's matrix products on packed weights (``linear_backend``: minfer's C++ kernel, oneDNN) against ``x @ W``."""
 
 from __future__ import annotations
 
@@ -8,10 +8,27 @@ import torch
 from conftest import check_engines_sharing_a_model, whole_sequence_hidden
 from minfer import EngineConfig
 from minfer.model.loader import load_model
-from minfer.ops.linear import onednn_supports, packed_linear, padded_rows, repack, resolve_linear_backend
+from minfer.ops.linear import (
+    PACKED_BACKENDS,
+    cpp_supports,
+    kernels,
+    onednn_supports,
+    pack,
+    packed_linear,
+    padded_rows,
+    repack,
+    resolve_linear_backend,
+    supports,
+)
 
 needs_onednn = pytest.mark.skipif(onednn_supports(torch.float32, "cpu") is not None,
                                   reason=f"{onednn_supports(torch.float32, 'cpu')}")
+needs_cpp = pytest.mark.skipif(cpp_supports(torch.float32, "cpu") is not None,
+                               reason=f"{cpp_supports(torch.float32, 'cpu')}")
+packing_backends = pytest.mark.parametrize("backend", [
+    pytest.param(name, marks=pytest.mark.skipif(supports(name, torch.float32, "cpu") is not None,
+                                                reason=f"{supports(name, torch.float32, 'cpu')}"))
+    for name in PACKED_BACKENDS])
 
 
 def logits(model, ids: list[int]) -> torch.Tensor:
@@ -20,35 +37,36 @@ def logits(model, ids: list[int]) -> torch.Tensor:
         return model.compute_logits(whole_sequence_hidden(model, ids))
 
 
-@needs_onednn
-def test_packed_products_give_the_same_logits():
+@packing_backends
+def test_packed_products_give_the_same_logits(backend):
     """Same weights, same logits up to float32 rounding, for every product including the LM head."""
     model, _ = load_model("tiny-random")
     ids = list(range(3, 40))
     model.use_linear_backend("torch")
     plain = logits(model, ids)
-    model.use_linear_backend("onednn")
-    assert all(layer.qkv_proj.packed is not None for layer in model.layers) and model.lm_head_packed is not None
+    model.use_linear_backend(backend)
+    assert all(layer.qkv_proj.packed.backend == backend for layer in model.layers)
+    assert model.lm_head_packed is not None and model.lm_head_packed.backend == backend
     packed = logits(model, ids)
     model.use_linear_backend("torch")  # drops the copies again
     assert model.layers[0].down_proj.packed is None and model.lm_head_packed is None
     torch.testing.assert_close(packed, plain, atol=1e-4, rtol=1e-4)
 
 
-@needs_onednn
-def test_a_weight_written_after_packing_is_packed_again():
+@packing_backends
+def test_a_weight_written_after_packing_is_packed_again(backend):
     """The packed copy follows its weight: new weights loaded into the model are what the next step multiplies."""
     model, _ = load_model("tiny-random")
     ids = list(range(3, 30))
-    model.use_linear_backend("onednn")
+    model.use_linear_backend(backend)
     first = model.layers[0].gate_up_proj.packed
-    model.use_linear_backend("onednn")
+    model.use_linear_backend(backend)
     assert model.layers[0].gate_up_proj.packed is first  # unchanged weight: the same copy, not packed again
     before = logits(model, ids)
     with torch.no_grad():
         model.layers[0].gate_up_proj.weight.mul_(2.0)
         model.embed_tokens.weight.mul_(0.5)  # the tied LM head
-    model.use_linear_backend("onednn")
+    model.use_linear_backend(backend)
     assert model.layers[0].gate_up_proj.packed is not first
     model_plain, _ = load_model("tiny-random")
     with torch.no_grad():
@@ -58,24 +76,31 @@ def test_a_weight_written_after_packing_is_packed_again():
     assert not torch.allclose(logits(model, ids), before)
 
 
-def test_auto_picks_onednn_only_where_it_runs():
+def test_auto_picks_the_first_backend_that_runs():
+    """``auto``: minfer's C++ kernel for float32 on a CPU where it builds, else oneDNN where it runs, else ``x @ W``."""
     assert resolve_linear_backend("auto", torch.float32, "cuda") == "torch"
     assert resolve_linear_backend("torch", torch.float32, "cpu") == "torch"
     assert resolve_linear_backend("auto", torch.float16, "cpu") == "torch"
-    expected = "torch" if onednn_supports(torch.float32, "cpu") else "onednn"
+    onednn = "torch" if onednn_supports(torch.float32, "cpu") else "onednn"
+    expected = "cpp" if cpp_supports(torch.float32, "cpu") is None else onednn
     assert resolve_linear_backend("auto", torch.float32, "cpu") == expected
+    bf16 = "torch" if onednn_supports(torch.bfloat16, "cpu") else "onednn"  # the C++ kernel is float32 only
+    assert resolve_linear_backend("auto", torch.bfloat16, "cpu") == bf16
     with pytest.raises(ValueError, match="linear_backend='onednn' cannot run here: .*float16"):
         resolve_linear_backend("onednn", torch.float16, "cpu")
-    with pytest.raises(ValueError, match="linear_backend='onednn' packs weights for CPU kernels"):
-        EngineConfig(device="cuda", linear_backend="onednn")
+    with pytest.raises(ValueError, match="linear_backend='cpp' cannot run here: .*float32, not torch.bfloat16"):
+        resolve_linear_backend("cpp", torch.bfloat16, "cpu")
+    for name in PACKED_BACKENDS:
+        with pytest.raises(ValueError, match=f"linear_backend='{name}' packs weights for CPU kernels"):
+            EngineConfig(device="cuda", linear_backend=name)
     with pytest.raises(ValueError, match="linear_backend must be one of"):
         EngineConfig(linear_backend="mkl")
 
 
-@needs_onednn
-def test_engines_sharing_a_model_each_get_their_own_products(tiny):
-    check_engines_sharing_a_model(tiny, "linear_backend", ("torch", "onednn"),
-                                  lambda model: "torch" if model.lm_head_packed is None else "onednn")
+@packing_backends
+def test_engines_sharing_a_model_each_get_their_own_products(tiny, backend):
+    check_engines_sharing_a_model(tiny, "linear_backend", ("torch", backend),
+                                  lambda model: model.lm_head_packed.backend if model.lm_head_packed else "torch")
 
 
 def test_padded_rows_bound_the_shapes_onednn_compiles():
@@ -95,3 +120,43 @@ def test_padding_rows_leaves_each_row_its_own_product():
         out = packed_linear(x[:rows], packed)
         assert out.shape == (rows, 40)
         torch.testing.assert_close(out, x[:rows] @ weight, rtol=1e-5, atol=1e-5)
+
+
+def test_pack_lays_out_column_panels():
+    """Panel ``p`` is columns ``p * width`` onwards, row after row; the last panel is padded with zeros."""
+    w = torch.arange(3 * 5, dtype=torch.float32).view(3, 5)  # [in=3, out=5]
+    panels = pack(w, 2)
+    assert panels.shape == (3, 3, 2) and panels.is_contiguous()
+    torch.testing.assert_close(panels[1], w[:, 2:4])
+    torch.testing.assert_close(panels[2], torch.stack([w[:, 4], torch.zeros(3)], dim=1))
+
+
+@needs_cpp
+@pytest.mark.parametrize("shape", [(24, 40), (7, 33), (64, 96), (1, 1)])
+def test_cpp_kernel_equals_x_at_w_for_any_rows_and_columns(shape):
+    """Every row count (tiles of 1 to 12 rows, several tiles), columns not a multiple of a panel, an ``[out, in]``
+    weight (the LM head's layout), a strided input and a bias: each result is ``x @ W``'s to float32 rounding."""
+    torch.manual_seed(0)
+    k, n = shape
+    weight = torch.randn(k, n)
+    packed = repack(weight, None, transposed=True, backend="cpp")
+    from_out_in = repack(weight.t().contiguous(), None, transposed=False, backend="cpp")
+    assert packed.tensor.shape == (-(-n // kernels().panel_width()), k, kernels().panel_width())
+    x = torch.randn(70, 2 * k)[:, ::2]  # every other column: not contiguous
+    bias = torch.randn(n)
+    for rows in (0, 1, 5, 11, 12, 13, 25, 33, 70):
+        out = packed_linear(x[:rows], packed)
+        assert out.shape == (rows, n)
+        torch.testing.assert_close(out, x[:rows] @ weight, rtol=1e-5, atol=1e-4)
+        assert torch.equal(packed_linear(x[:rows], from_out_in), out)
+        torch.testing.assert_close(packed_linear(x[:rows], packed, bias), x[:rows] @ weight + bias, rtol=1e-5,
+                                   atol=1e-4)
+
+
+@needs_cpp
+def test_cpp_kernel_rejects_what_it_cannot_multiply():
+    packed = repack(torch.randn(8, 16), None, transposed=True, backend="cpp")
+    with pytest.raises(RuntimeError, match="contiguous .* float32"):
+        kernels().linear(torch.randn(3, 8, dtype=torch.float64), packed.tensor, 16)
+    with pytest.raises(RuntimeError, match="packed must be"):
+        kernels().linear(torch.randn(3, 9), packed.tensor, 16)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from minfer.model.config import ModelConfig
-from minfer.ops.linear import onednn_supports
+from minfer.ops.linear import PACKED_BACKENDS, supports
 from minfer.roofline import MachineRoofline, ModelMatmuls, layer_shapes, measure, read_bandwidth, workload_bound
 from minfer.sim.models import MODELS, ModelSpec
 
@@ -65,18 +65,22 @@ def test_matmuls_count_their_flops_and_measure_a_rate():
     assert math.isfinite(rate) and rate > 0
 
 
-@pytest.mark.skipif(onednn_supports(torch.float32, "cpu") is not None, reason="no oneDNN in this PyTorch")
-def test_packed_matmuls_do_the_same_work():
-    """The oneDNN rate times the same products: same FLOPs, same weights, a measured rate."""
-    plain, packed = ModelMatmuls(TINY), ModelMatmuls(TINY, linear_backend="onednn")
+@pytest.mark.parametrize("backend", [
+    pytest.param(name, marks=pytest.mark.skipif(supports(name, torch.float32, "cpu") is not None,
+                                                reason=f"{supports(name, torch.float32, 'cpu')}"))
+    for name in PACKED_BACKENDS])
+def test_packed_matmuls_do_the_same_work(backend):
+    """A packed backend's rate times the same products: same FLOPs, same weights, a measured rate."""
+    plain, packed = ModelMatmuls(TINY), ModelMatmuls(TINY, linear_backend=backend)
     assert packed.flops_per_row == plain.flops_per_row and len(packed.packed) == len(packed.weights)
+    assert all(p.backend == backend for p in packed.packed)
     assert math.isfinite(rate := packed.rate(4, reps=1)) and rate > 0
 
 
 def test_measure_reports_this_process():
     m = measure(TINY, decode_rows=3)
     assert m.decode_rows == 3 and m.threads == torch.get_num_threads() and m.dtype == "float32"
-    possible = ("torch",) if onednn_supports(torch.float32, "cpu") else ("torch", "onednn")
+    possible = [name for name in ("torch", *PACKED_BACKENDS) if supports(name, torch.float32, "cpu") is None]
     assert m.prefill_backend in possible and m.decode_backend in possible
     assert f"({m.decode_backend})" in m.describe()
     assert m.prefill_flops > 0 and m.decode_flops > 0 and m.bandwidth > 0 and m.seconds > 0

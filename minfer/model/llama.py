@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from minfer.model.config import ModelConfig
 from minfer.ops.attention import Attention
-from minfer.ops.linear import PackedWeight, packed_linear, repack
+from minfer.ops.linear import PACKED_BACKENDS, PackedWeight, packed_linear, repack
 
 
 class RMSNorm(nn.Module):
@@ -44,8 +44,8 @@ class RMSNorm(nn.Module):
 class Linear(nn.Module):
     """``y = x @ W (+ b)`` with ``W`` stored ``[in, out]``, transposed from ``nn.Linear``'s ``[out, in]``.
     Which layout a CPU's BLAS multiplies faster depends on the CPU and the library; chapter 01 measures both
-    on your machine. The results are the same up to rounding either way. ``packed``: oneDNN's copy of ``W``
-    when the model's products run through oneDNN (``LlamaModel.use_linear_backend``)."""
+    on your machine. The results are the same up to rounding either way. ``packed``: a packed copy of ``W`` when
+    the model's products run through a kernel that multiplies one (``LlamaModel.use_linear_backend``)."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
         super().__init__()
@@ -54,7 +54,7 @@ class Linear(nn.Module):
         self.packed: PackedWeight | None = None
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.packed is not None:  # the same product, by oneDNN's kernels on its copy of W
+        if self.packed is not None:  # the same product, by a kernel on its packed copy of W
             return packed_linear(x, self.packed, self.bias)
         y = x @ self.weight
         return y if self.bias is None else y + self.bias
@@ -173,7 +173,7 @@ class LlamaModel(nn.Module):
         self.rotary = RotaryEmbedding(cfg)
         # the LM head keeps the embedding's [vocab, hidden] layout, so a tied head is the embedding itself
         self.lm_head = None if cfg.tie_word_embeddings else Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.lm_head_packed: PackedWeight | None = None  # oneDNN's copy of the LM head, as Linear.packed
+        self.lm_head_packed: PackedWeight | None = None  # the LM head's packed copy, as Linear.packed
 
     @property
     def device(self) -> torch.device:
@@ -205,15 +205,16 @@ class LlamaModel(nn.Module):
         return F.linear(hidden, self.lm_head_weight).float()
 
     def use_linear_backend(self, name: str) -> None:
-        """Run every matrix product, the LM head's included, through ``name``: ``"torch"`` or ``"onednn"``
-        (``minfer/ops/linear.py``; resolve ``"auto"`` there first). oneDNN packs each weight the first time, and
-        again whenever the weight has been written since; ``"torch"`` drops the packed copies."""
-        onednn = name == "onednn"
+        """Run every matrix product, the LM head's included, through ``name``: ``"torch"``, ``"cpp"`` or
+        ``"onednn"`` (``minfer/ops/linear.py``; resolve ``"auto"`` there first). A packing backend packs each weight
+        the first time, and again whenever the weight has been written since; ``"torch"`` drops the packed copies."""
+        packing = name in PACKED_BACKENDS
         for linear in self.linears:
-            packed = repack(linear.weight, linear.packed, transposed=True) if onednn else None
+            packed = repack(linear.weight, linear.packed, transposed=True, backend=name) if packing else None
             if packed is not linear.packed:  # (nn.Module's attribute setter is slow, and the runner calls this
                 linear.packed = packed       # at every step, where nothing has changed)
-        self.lm_head_packed = repack(self.lm_head_weight, self.lm_head_packed, transposed=False) if onednn else None
+        self.lm_head_packed = (repack(self.lm_head_weight, self.lm_head_packed, transposed=False, backend=name)
+                               if packing else None)
 
     def use_pointwise_backend(self, name: str) -> None:
         """Run the norms, rotary and SiLU-and-mul through ``name``: ``"torch"`` (the operators written above) or

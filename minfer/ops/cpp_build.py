@@ -2,9 +2,10 @@
 
 PyTorch's C++ extension loader compiles a source on first use (about 30 s; it needs a C++ compiler, and OpenMP
 to use every core) into a folder under minfer's cache, so later processes load the module in well under a
-second. Two sources use it: ``csrc/paged_attention_cpu.cpp`` (decode attention, ``cpp_paged_attention.py``) and
-``csrc/pointwise_cpu.cpp`` (RMSNorm, rotary, SiLU-and-mul, ``pointwise.py``); both include ``csrc/vector_math.h``
-(sums in vector lanes, a vectorizable ``exp``).
+second. Three sources use it: ``csrc/paged_attention_cpu.cpp`` (decode attention, ``cpp_paged_attention.py``),
+``csrc/pointwise_cpu.cpp`` (RMSNorm, rotary, SiLU-and-mul, ``pointwise.py``), both of which include
+``csrc/vector_math.h`` (sums in vector lanes, a vectorizable ``exp``), and ``csrc/linear_cpu.cpp`` (the matrix
+products, ``linear.py``).
 """
 
 from __future__ import annotations

@@ -1,31 +1,73 @@
-"""The model's matrix products by name: PyTorch's ``x @ W``, or oneDNN's with every weight packed once.
+"""The model's matrix products by name: PyTorch's ``x @ W``, or a packed copy of every weight multiplied by
+minfer's C++ kernel or by oneDNN.
 
 Most of a forward pass is ``x @ W`` (q/k/v, o, gate/up, down, the LM head). On a CPU, PyTorch hands a plain
 float32 product to a BLAS library (MKL on x86) that sees each weight for the first time at every call: it
 copies tiles of ``W`` into the order its inner kernel reads, then multiplies. A decode step has few rows (one
 per running request), so that copy costs as much as the arithmetic -- and MKL picks slow code paths on AMD
-processors. oneDNN (the library under ``torch.ops.mkldnn``, which vLLM's CPU backend also calls) can *pack* a
-weight once into its kernels' blocked layout and reuse it at every call. Same products, same float32
-arithmetic (sums in another order, so results differ in the last bits); chapter 01 measures what it buys.
+processors. A weight can instead be *packed* once into the order a kernel reads, and reused at every call. Same
+products, same float32 arithmetic (sums in another order, so results differ in the last bits); chapter 01
+measures what it buys.
 
 Backends:
 
 * ``"torch"``: ``x @ W`` as written in ``minfer/model/llama.py`` (any device, any dtype);
-* ``"onednn"``: weights packed for oneDNN (CPU builds of PyTorch with oneDNN; float32, and bfloat16 where the
-  CPU has bfloat16 instructions). A packed copy is extra memory: the weights twice;
-* ``"auto"``: ``"onednn"`` where it can run the model's dtype on this CPU, else ``"torch"``.
+* ``"cpp"``: ``csrc/linear_cpu.cpp``, minfer's own kernel: each weight packed in column panels, a tile of the
+  output held in vector registers (float32 on the CPU, compiled once per machine like the other C++ kernels);
+* ``"onednn"``: weights packed for oneDNN, the library under ``torch.ops.mkldnn`` (which vLLM's CPU backend also
+  calls); float32, and bfloat16 where the CPU has bfloat16 instructions;
+* ``"auto"``: ``"cpp"`` where it builds and runs the model's dtype, else ``"onednn"`` where that can, else
+  ``"torch"``.
 
-``LlamaModel.use_linear_backend`` applies one to a model; the runner applies its engine's at every step.
+A packed copy is extra memory: the weights twice. ``LlamaModel.use_linear_backend`` applies a backend to a model;
+the runner applies its engine's at every step.
 """
 
 from __future__ import annotations
 
+import functools
+import sys
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 
 import torch
 from torch import Tensor
 
+from minfer.ops.cpp_build import load_extension
 from minfer.types import LinearBackendName
+
+SOURCE = Path(__file__).with_name("csrc") / "linear_cpu.cpp"
+NAME = "minfer_linear_cpu"
+PACKED_BACKENDS = ("cpp", "onednn")  # the backends that multiply a packed copy of each weight
+
+
+@functools.cache
+def kernels() -> ModuleType:
+    """The compiled module: ``linear(x, packed, out_features)``, ``panel_width()``."""
+    try:
+        return load_extension(NAME, SOURCE, "the CPU matrix-product kernel")
+    except RuntimeError as e:
+        raise RuntimeError(f"{e}; linear_backend='onednn' or 'torch' multiply without compiling") from e
+
+
+def cpp_supports(dtype: torch.dtype, device: torch.device | str) -> str | None:
+    """Why minfer's C++ products cannot run ``dtype`` on ``device`` here, or None when they can (builds the
+    kernel the first time it is asked on a CPU)."""
+    if torch.device(device).type != "cpu":
+        return "minfer's C++ products run on the CPU"
+    if dtype != torch.float32:
+        return f"minfer's C++ products take float32, not {dtype}"
+    return _cpp_unready()
+
+
+@functools.cache
+def _cpp_unready() -> str | None:  # asked once per process
+    try:
+        kernels()
+    except RuntimeError as e:
+        return str(e)
+    return None
 
 
 def onednn_supports(dtype: torch.dtype, device: torch.device | str) -> str | None:
@@ -41,38 +83,77 @@ def onednn_supports(dtype: torch.dtype, device: torch.device | str) -> str | Non
     return None
 
 
+def supports(name: str, dtype: torch.dtype, device: torch.device | str) -> str | None:
+    """Why backend ``name`` cannot run ``dtype`` on ``device`` here, or None when it can."""
+    if name == "cpp":
+        return cpp_supports(dtype, device)
+    if name == "onednn":
+        return onednn_supports(dtype, device)
+    return None
+
+
+@functools.cache
+def _notice(problem: str) -> None:  # once per process, as the other backends' notices
+    print(f"minfer: linear_backend='auto' skips 'cpp' ({problem})", file=sys.stderr)
+
+
 def resolve_linear_backend(name: LinearBackendName, dtype: torch.dtype, device: torch.device | str) -> str:
-    """The backend ``name`` means for a model of ``dtype`` on ``device``: ``"auto"`` picks oneDNN where it can run,
-    an explicit ``"onednn"`` that cannot run is an error that says why."""
-    problem = onednn_supports(dtype, device)
+    """The backend ``name`` means for a model of ``dtype`` on ``device``: ``"auto"`` picks the first of
+    ``"cpp"``, ``"onednn"``, ``"torch"`` that can run (with a one-line notice when the C++ kernel would have fit but
+    does not build); an explicit backend that cannot run is an error that says why."""
     if name == "auto":
-        return "torch" if problem else "onednn"
-    if name == "onednn" and problem:
-        raise ValueError(f"linear_backend='onednn' cannot run here: {problem}; use 'torch' or 'auto'")
+        if torch.device(device).type != "cpu":
+            return "torch"
+        if dtype == torch.float32:
+            if (problem := cpp_supports(dtype, device)) is None:
+                return "cpp"
+            _notice(problem)
+        return "torch" if onednn_supports(dtype, device) else "onednn"
+    if (problem := supports(name, dtype, device)) is not None:
+        raise ValueError(f"linear_backend={name!r} cannot run here: {problem}; use 'torch' or 'auto'")
     return name
 
 
 @dataclass(frozen=True, slots=True)
 class PackedWeight:
-    """oneDNN's copy of one weight in its kernels' blocked layout (an opaque tensor: only ``packed_linear`` reads
-    it), and which weight it copies: its memory, version counter and dtype. A weight written since (a checkpoint
-    loaded into the model, ``model.to(...)``) no longer matches, and ``repack`` copies it again."""
+    """One weight's packed copy for ``backend`` (``"cpp"``: ``[panels, in, panel width]``, see ``pack``;
+    ``"onednn"``: oneDNN's own blocked layout, an opaque tensor), and which weight it copies: its memory, version
+    counter and dtype. A weight written since (a checkpoint loaded into the model, ``model.to(...)``) no longer
+    matches, and ``repack`` copies it again."""
 
     tensor: Tensor
     source: tuple[int, int, torch.dtype]
+    backend: str = "onednn"
+    out_features: int = 0
 
 
 def weight_source(weight: Tensor) -> tuple[int, int, torch.dtype]:
     return weight.data_ptr(), weight._version, weight.dtype
 
 
-def repack(weight: Tensor, current: PackedWeight | None, transposed: bool) -> PackedWeight:
-    """oneDNN's copy of ``weight``: ``current`` while it still copies it, else a new one. oneDNN takes ``[out, in]``
-    (``nn.Linear``'s layout); ``transposed``: ``weight`` is stored ``[in, out]``, as minfer's ``Linear`` does."""
-    if current is not None and current.source == weight_source(weight):
+def pack(in_out: Tensor, width: int) -> Tensor:
+    """``[in, out]`` → ``[panels, in, width]``: panel ``p`` holds columns ``p * width`` to ``(p + 1) * width``, row
+    after row, so the C++ kernel reads it front to back (the last panel padded with zero columns)."""
+    k, n = in_out.shape
+    panels = -(-n // width)
+    padded = in_out.new_zeros(k, panels * width)
+    padded[:, :n] = in_out
+    return padded.view(k, panels, width).transpose(0, 1).contiguous()
+
+
+def repack(weight: Tensor, current: PackedWeight | None, transposed: bool, backend: str = "onednn") -> PackedWeight:
+    """``backend``'s copy of ``weight``: ``current`` while it still copies it, else a new one. ``transposed``:
+    ``weight`` is stored ``[in, out]``, as minfer's ``Linear`` does; else ``[out, in]`` (``nn.Linear``'s layout,
+    and the embedding's, which the LM head shares)."""
+    if current is not None and current.source == weight_source(weight) and current.backend == backend:
         return current
-    out_in = (weight.t() if transposed else weight).detach().contiguous()
-    return PackedWeight(torch.ops.mkldnn._reorder_linear_weight(out_in, None), weight_source(weight))
+    weight = weight.detach()
+    if backend == "cpp":
+        in_out = weight if transposed else weight.t()
+        return PackedWeight(pack(in_out, kernels().panel_width()), weight_source(weight), backend, in_out.shape[1])
+    out_in = (weight.t() if transposed else weight).contiguous()
+    return PackedWeight(torch.ops.mkldnn._reorder_linear_weight(out_in, None), weight_source(weight), backend,
+                        out_in.shape[0])
 
 
 def padded_rows(rows: int) -> int:
@@ -82,15 +163,18 @@ def padded_rows(rows: int) -> int:
     A server's steps have any number of rows from 1 to the token budget, so unpadded products would compile
     thousands of kernels and hold gigabytes. Padded, a weight meets at most 8 shapes up to 64 rows (a decode
     batch; at so few rows the product streams the weight, and the padding rows cost little) plus one per 64 rows
-    beyond (at most an eighth more arithmetic)."""
+    beyond (at most an eighth more arithmetic). minfer's C++ kernel compiles nothing per shape and needs no
+    padding."""
     step = 8 if rows <= 64 else 64
     return -(-rows // step) * step
 
 
 def packed_linear(x: Tensor, packed: PackedWeight, bias: Tensor | None = None) -> Tensor:
-    """``x @ W (+ bias)`` through oneDNN's packed copy of ``W``; ``x``: ``[rows, in]``, any number of rows (padded
-    with zero rows to ``padded_rows``, which are computed and dropped)."""
-    rows = x.shape[0]
+    """``x @ W (+ bias)`` through a packed copy of ``W``; ``x``: ``[rows, in]``, any number of rows."""
+    if packed.backend == "cpp":
+        y = kernels().linear(x.contiguous(), packed.tensor, packed.out_features)
+        return y if bias is None else y + bias
+    rows = x.shape[0]  # oneDNN: padded with zero rows to ``padded_rows``, which are computed and dropped
     if (padded := padded_rows(rows)) != rows:
         x = torch.cat([x, x.new_zeros(padded - rows, x.shape[1])])
     return torch.ops.mkldnn._linear_pointwise(x, packed.tensor, bias, "none", [], "")[:rows]
