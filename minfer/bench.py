@@ -50,7 +50,7 @@ from minfer.cpu_malloc import keep_freed_memory
 from minfer.engine import OFFLINE_DEFAULTS
 from minfer.metrics import SLO, Summary, summarize
 from minfer.ops.backends import resolve_backend
-from minfer.ops.linear import resolve_linear_backend
+from minfer.ops.linear import onednn_supports, resolve_linear_backend
 from minfer.ops.pointwise import resolve_pointwise_backend
 from minfer.types import LinearBackendName
 from minfer.units import ceil_div
@@ -118,13 +118,15 @@ def engine_runner(config: EngineConfig, slo: SLO | None = None, seed: int = 0) -
 # the README benchmark's engines: what ``LLM(...)`` builds with no flags (``OFFLINE_DEFAULTS``: up to 32 prompts
 # share a step's 2048-token prefill budget; attention and pointwise steps "auto", the compiled CPU kernels where a
 # compiler is present; products "auto", minfer's C++ kernel on packed weights), and the same engine without the C++
-# kernels (what runs without a compiler), with oneDNN's products on its packed weights, with plain ``x @ W``
-# products, or in bfloat16
+# kernels (what runs without a compiler: PyTorch's operators, oneDNN's products where it runs), with oneDNN's
+# products on its packed weights, with plain ``x @ W`` products, or in bfloat16
 # every system by name; the default benchmark runs them in this order
+WITHOUT_COMPILER_PRODUCTS: LinearBackendName = "torch" if onednn_supports(torch.float32, "cpu") else "onednn"
 RUNNERS: dict[str, Runner] = {
     "minfer LLM() defaults": engine_runner(EngineConfig(**OFFLINE_DEFAULTS)),
     "minfer, no C++ kernels": engine_runner(EngineConfig(**OFFLINE_DEFAULTS, attention_backend="torch",
-                                                         pointwise_backend="torch")),
+                                                         pointwise_backend="torch",
+                                                         linear_backend=WITHOUT_COMPILER_PRODUCTS)),
     "minfer, oneDNN products": engine_runner(EngineConfig(**OFFLINE_DEFAULTS, linear_backend="onednn")),
     "minfer, x @ W products": engine_runner(EngineConfig(**OFFLINE_DEFAULTS, linear_backend="torch")),
     "minfer, bfloat16": engine_runner(EngineConfig(**OFFLINE_DEFAULTS, dtype="bfloat16")),

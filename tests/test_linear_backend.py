@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -160,3 +162,15 @@ def test_cpp_kernel_rejects_what_it_cannot_multiply():
         kernels().linear(torch.randn(3, 8, dtype=torch.float64), packed.tensor, 16)
     with pytest.raises(RuntimeError, match="packed must be"):
         kernels().linear(torch.randn(3, 9), packed.tensor, 16)
+
+
+def test_auto_falls_back_to_onednn_with_a_notice_where_the_kernel_does_not_build(monkeypatch, capsys):
+    import minfer.ops.linear as linear
+
+    monkeypatch.setattr(linear, "cpp_supports", lambda dtype, device: "no C++ compiler found")
+    linear._notice.cache_clear()
+    expected = "torch" if onednn_supports(torch.float32, "cpu") else "onednn"
+    assert resolve_linear_backend("auto", torch.float32, "cpu") == expected
+    assert "linear_backend='auto' skips 'cpp' (no C++ compiler found)" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=re.escape("linear_backend='cpp' cannot run here: no C++ compiler found")):
+        resolve_linear_backend("cpp", torch.float32, "cpu")
