@@ -69,9 +69,18 @@ def build_folder(source: Path) -> Path:
     return build
 
 
-def load_extension(name: str, source: Path, what: str) -> ModuleType:
+def load_extension(name: str, source: Path, what: str, instead: str) -> ModuleType:
     """The module compiled from ``source`` (built once per machine and PyTorch version, then loaded); ``what``
-    names it in messages, e.g. "the CPU paged-attention kernel". Callers keep the module (``functools.cache``)."""
+    names it in messages, e.g. "the CPU paged-attention kernel", and ``instead`` says what runs without it, e.g.
+    "attention_backend='torch' runs the same attention without compiling". Callers keep the module
+    (``functools.cache``)."""
+    try:
+        return _load(name, source, what)
+    except RuntimeError as e:
+        raise RuntimeError(f"{e}; {instead}") from e
+
+
+def _load(name: str, source: Path, what: str) -> ModuleType:
     from torch.utils.cpp_extension import load
 
     if not have_compiler():

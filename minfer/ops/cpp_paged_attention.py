@@ -34,10 +34,8 @@ __all__ = ["SOURCE", "cpp_paged_attention", "have_compiler", "kernel"]
 @functools.cache
 def kernel() -> ModuleType:
     """The compiled extension module (built once per machine and PyTorch version, then loaded)."""
-    try:
-        return load_extension(NAME, SOURCE, "the CPU paged-attention kernel")
-    except RuntimeError as e:  # say what to do instead
-        raise RuntimeError(f"{e}; attention_backend='torch' runs the same attention without compiling") from e
+    return load_extension(NAME, SOURCE, "the CPU paged-attention kernel",
+                          instead="attention_backend='torch' runs the same attention without compiling")
 
 
 def cpp_paged_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata) -> Tensor:

@@ -45,10 +45,8 @@ PACKED_BACKENDS = ("cpp", "onednn")  # the backends that multiply a packed copy 
 @functools.cache
 def kernels() -> ModuleType:
     """The compiled module: ``linear(x, packed, out_features)``, ``panel_width()``."""
-    try:
-        return load_extension(NAME, SOURCE, "the CPU matrix-product kernel")
-    except RuntimeError as e:
-        raise RuntimeError(f"{e}; linear_backend='onednn' or 'torch' multiply without compiling") from e
+    return load_extension(NAME, SOURCE, "the CPU matrix-product kernel",
+                          instead="linear_backend='onednn' or 'torch' multiply without compiling")
 
 
 def cpp_supports(dtype: torch.dtype, device: torch.device | str) -> str | None:
