@@ -20,7 +20,7 @@ import sys
 import torch
 
 from minfer.ops.attention import AttentionBackend, AttentionOps
-from minfer.ops.cpp_build import have_compiler
+from minfer.ops.cpp_build import build_problem, have_compiler
 
 BACKENDS: dict[str, AttentionBackend] = {b.name: b for b in (
     AttentionBackend(  # "auto" on the CPU where it builds (cpp_paged_attention.available); else the reference
@@ -72,12 +72,7 @@ def unready(name: str, device_type: str) -> str | None:
         return f"it runs on {backend.devices}"
     if backend.needs_compiler and not have_compiler():
         return "no C++ compiler found: install g++ or set CXX"
-    if backend.prepare is not None:
-        try:
-            _resolve(backend.prepare)()
-        except RuntimeError as e:
-            return str(e)
-    return None
+    return None if backend.prepare is None else build_problem(_resolve(backend.prepare))
 
 
 def load_backend(backend: AttentionBackend, device: torch.device | str) -> AttentionOps:

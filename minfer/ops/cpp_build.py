@@ -14,6 +14,7 @@ import hashlib
 import os
 import platform
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -78,6 +79,16 @@ def load_extension(name: str, source: Path, what: str, instead: str) -> ModuleTy
         return _load(name, source, what)
     except RuntimeError as e:
         raise RuntimeError(f"{e}; {instead}") from e
+
+
+def build_problem(kernels: Callable[[], object]) -> str | None:
+    """Why ``kernels()`` (a module's cached loader, which builds on first use) fails here -- its error, which says
+    what runs instead -- or None when it loads. The backends' ``"auto"`` asks this before choosing a kernel."""
+    try:
+        kernels()
+    except RuntimeError as e:
+        return str(e)
+    return None
 
 
 def _load(name: str, source: Path, what: str) -> ModuleType:

@@ -34,7 +34,7 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
-from minfer.ops.cpp_build import load_extension
+from minfer.ops.cpp_build import build_problem, load_extension
 from minfer.types import LinearBackendName
 
 SOURCE = Path(__file__).with_name("csrc") / "linear_cpu.cpp"
@@ -61,11 +61,7 @@ def cpp_supports(dtype: torch.dtype, device: torch.device | str) -> str | None:
 
 @functools.cache
 def _cpp_unready() -> str | None:  # asked once per process
-    try:
-        kernels()
-    except RuntimeError as e:
-        return str(e)
-    return None
+    return build_problem(kernels)
 
 
 def onednn_supports(dtype: torch.dtype, device: torch.device | str) -> str | None:
@@ -121,8 +117,8 @@ class PackedWeight:
 
     tensor: Tensor
     source: tuple[int, int, torch.dtype]
-    backend: str = "onednn"
-    out_features: int = 0
+    backend: str  # "cpp" or "onednn": which kernel ``packed_linear`` hands it to
+    out_features: int  # columns of the product (the "cpp" copy's last panel is padded)
 
 
 def weight_source(weight: Tensor) -> tuple[int, int, torch.dtype]:

@@ -26,7 +26,7 @@ from types import ModuleType
 
 import torch
 
-from minfer.ops.cpp_build import load_extension
+from minfer.ops.cpp_build import build_problem, load_extension
 from minfer.types import PointwiseBackendName
 
 SOURCE = Path(__file__).with_name("csrc") / "pointwise_cpu.cpp"
@@ -45,11 +45,7 @@ def unready(device_type: str) -> str | None:
     """Why the kernels cannot run on ``device_type`` here, or None when they can (asked once per process)."""
     if device_type != "cpu":
         return "they run on the CPU"
-    try:
-        kernels()
-    except RuntimeError as e:
-        return str(e)
-    return None
+    return build_problem(kernels)
 
 
 @functools.cache
