@@ -1,4 +1,5 @@
-"""The compiled CPU decode kernel (``attention_backend="cpp"``) against the PyTorch reference.
+"""The compiled CPU attention kernels (``attention_backend="cpp"``: decodes, prefill chunks) against the PyTorch
+reference.
 
 The first test to run compiles the kernel (about 30 s, once per machine); it is skipped where no C++
 compiler is installed, since the backend is optional and the reference needs none.
@@ -29,7 +30,7 @@ TOL = dict(atol=2e-5, rtol=1e-4)  # float32 on both sides; only the summation or
 @pytest.mark.parametrize("group", [1, 3])
 @pytest.mark.parametrize("head_dim", [64, 48, 80])
 def test_matches_the_reference_on_a_mixed_step(block_size, group, head_dim):
-    """Decodes (through the kernel) and prefill chunks (through the reference) in one step."""
+    """Decodes and prefill chunks (first chunks and later ones) in one step, each through its kernel."""
     b, chunks = random_mixed_step(f"cpp-{block_size}-{group}-{head_dim}", block_size, group, head_dim)
     torch.testing.assert_close(cpp_attention(b.q, b.k_cache, b.v_cache, b.meta),
                                paged_attention(b.q, b.k_cache, b.v_cache, b.meta), **TOL,
@@ -49,9 +50,26 @@ def test_decodes_at_block_edges_with_strided_queries():
                                paged_attention(b.q, b.k_cache, b.v_cache, b.meta), **TOL)
 
 
+@pytest.mark.parametrize("chunks", [
+    [(0, 1)],  # a one-token prompt: a single query that sees only itself
+    [(0, 13), (0, 12), (0, 25)],  # prompts of one row tile, one full tile, and a tile and a bit
+    [(16, 16), (5, 40), (200, 3)],  # later chunks, starting at a block edge, mid-block, and deep in a prompt
+    [(31, 1), (0, 70), (64, 64)],  # a decode before the chunks, and chunks crossing many blocks
+])
+def test_prefill_chunks_with_strided_queries(chunks):
+    """Chunks as the model passes them (q a view of the wider fused q/k tensor): every query sees exactly the keys
+    up to its own position, whatever the tile it falls in."""
+    b = random_paged_batch(chunks, block_size=16, num_kv_heads=3, group=3, head_dim=64, seed=7)
+    store_kv(b.k, b.v, b.k_cache, b.v_cache, b.meta.slot_mapping)
+    q = torch.cat([b.q, b.k], dim=1)[:, : b.q.shape[1]]
+    torch.testing.assert_close(cpp_attention(q, b.k_cache, b.v_cache, b.meta),
+                               paged_attention(b.q, b.k_cache, b.v_cache, b.meta), **TOL)
+
+
 def test_bfloat16_cache():
-    b = random_paged_batch([(40, 1), (3, 1), (70, 1)], block_size=16, num_kv_heads=2, group=3, head_dim=64,
-                           seed=5, dtype=torch.bfloat16)
+    """Decodes through the kernel, the prefill chunk through the reference (the prefill kernel is float32)."""
+    b = random_paged_batch([(40, 1), (3, 1), (70, 1), (10, 20)], block_size=16, num_kv_heads=2, group=3,
+                           head_dim=64, seed=5, dtype=torch.bfloat16)
     store_kv(b.k, b.v, b.k_cache, b.v_cache, b.meta.slot_mapping)
     out = cpp_attention(b.q, b.k_cache, b.v_cache, b.meta)
     assert out.dtype == torch.bfloat16
@@ -68,6 +86,12 @@ def test_the_kernel_refuses_bad_inputs():
     with pytest.raises(RuntimeError, match="share one dtype"):
         kernel().decode_attention(b.q.double(), b.k_cache, b.v_cache, m.block_tables, m.seq_lens, 0.125,
                                   torch.empty_like(b.q))
+    with pytest.raises(RuntimeError, match="takes float32"):
+        kernel().prefill_attention(b.q.bfloat16(), b.k_cache.bfloat16(), b.v_cache.bfloat16(), m.block_tables,
+                                   m.query_start_loc, m.seq_lens, 0, 0.125, torch.empty_like(b.q.bfloat16()))
+    with pytest.raises(RuntimeError, match="one more entry"):
+        kernel().prefill_attention(b.q, b.k_cache, b.v_cache, m.block_tables, m.seq_lens, m.seq_lens, 0, 0.125,
+                                   torch.empty_like(b.q))
 
 
 def test_cpp_on_cuda_is_refused_by_the_config():

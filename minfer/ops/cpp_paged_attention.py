@@ -1,15 +1,17 @@
-"""Paged attention on the CPU with a compiled kernel for the decodes (``attention_backend="cpp"``).
+"""Paged attention on the CPU with compiled kernels (``attention_backend="cpp"``).
 
 Why a kernel at all on the CPU: a decode step is bound by memory traffic. The reference gathers each
 request's K and V out of their scattered blocks into a padded copy, and SDPA then reads that copy: the
 cache is crossed three times. ``csrc/paged_attention_cpu.cpp`` walks the block tables instead and reads
 every key and value once, where it lies -- what the Triton kernel does on a GPU (chapter 07).
 
-Prefill chunks still go through the reference: a chunk has hundreds of queries per request, so its
-attention is a matrix product that SDPA's blocked kernel does well; the copy is small next to it.
+Prefill chunks are the other case: a chunk has hundreds of queries per request, so its attention is two matrix
+products per head, bound by arithmetic. The same file computes them on the register tile of minfer's own products
+(``csrc/panel_tile.h``), about three times as fast as SDPA on this model's small heads (measured in the
+README's benchmark); float32 only -- other dtypes' chunks go through the reference.
 
-The kernel is compiled on first use (about 30 s, once per machine: ``cpp_build.py``; it needs a C++ compiler).
-It is the CPU's default (``attention_backend="auto"``) wherever it builds.
+The kernels are compiled on first use (about 30 s, once per machine: ``cpp_build.py``; it needs a C++ compiler).
+They are the CPU's default (``attention_backend="auto"``) wherever they build.
 """
 
 from __future__ import annotations
@@ -39,11 +41,17 @@ def kernel() -> ModuleType:
 
 
 def cpp_paged_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata) -> Tensor:
-    """Same contract as the reference ``paged_attention``: decodes by the kernel, prefill chunks by SDPA."""
+    """Same contract as the reference ``paged_attention``: decodes, then prefill chunks, by the kernels."""
     out = torch.empty_like(q)
-    nd = meta.num_decodes  # the runner puts the one-token requests first
+    nd, scale = meta.num_decodes, q.shape[-1] ** -0.5  # the runner puts the one-token requests first
     if nd:
-        kernel().decode_attention(q[:nd], k_cache, v_cache, meta.block_tables[:nd], meta.seq_lens[:nd],
-                                  q.shape[-1] ** -0.5, out[:nd])
-    attend(q, k_cache, v_cache, step_groups(meta, k_cache.shape[1], q.device, decodes=False), out)
+        kernel().decode_attention(q[:nd], k_cache, v_cache, meta.block_tables[:nd], meta.seq_lens[:nd], scale,
+                                  out[:nd])
+    if nd == len(meta.seq_lens):
+        return out
+    if q.dtype == torch.float32:
+        kernel().prefill_attention(q, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.seq_lens, nd,
+                                   scale, out)
+    else:
+        attend(q, k_cache, v_cache, step_groups(meta, k_cache.shape[1], q.device, decodes=False), out)
     return out
