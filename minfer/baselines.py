@@ -140,10 +140,11 @@ def hf_generate_static(hf_model, prompts: Sequence[Sequence[int]], max_tokens: S
 PAGE_SIZE = 256  # tokens per cache page of Hugging Face's paged cache (its default)
 
 
-@torch.inference_mode()
 def hf_continuous_batching(hf_model, prompts: Sequence[Sequence[int]], max_tokens: Sequence[int]) -> BaselineResult:
     """Hugging Face's continuous batching manager (transformers >= 5), greedy, EOS disabled, each
-    request with its own ``max_new_tokens``."""
+    request with its own ``max_new_tokens``. Not under ``torch.inference_mode``: the manager allocates its buffers
+    here and updates them in place from its own thread, which PyTorch forbids for inference tensors (transformers
+    5.19 fails every request so). A request that fails or comes back short raises: its tokens were not computed."""
     from transformers import GenerationConfig
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
@@ -169,6 +170,12 @@ def hf_continuous_batching(hf_model, prompts: Sequence[Sequence[int]], max_token
                 outputs[ids[result.request_id]] = list(result.generated_tokens)
                 done += 1
         seconds = time.perf_counter() - start
+    short = [i for i, (out, m) in enumerate(zip(outputs, max_tokens)) if len(out) != m]
+    if short:
+        i = short[0]
+        raise RuntimeError(f"Hugging Face's continuous batching returned {len(short)} of {len(prompts)} requests "
+                           f"without their tokens (request {i}: {len(outputs[i])} of {max_tokens[i]}; its log "
+                           "above says why)")
     return BaselineResult("HF continuous batching", sum(max_tokens), seconds, outputs)
 
 

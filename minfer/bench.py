@@ -71,15 +71,16 @@ class Result:
     config: dict[str, Any] = field(default_factory=dict)
     all_throughputs: list[float] = field(default_factory=list)
     roofline_fraction: float | None = None  # the workload's roofline time / this run's time (real model only)
+    error: str | None = None  # why the system failed (then no run counts: it has no throughput)
 
     @property
     def throughput(self) -> float:
-        return self.output_tokens / self.seconds if self.seconds > 0 else math.nan
+        return self.output_tokens / self.seconds if self.seconds > 0 and self.error is None else math.nan
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "output_tokens": self.output_tokens, "seconds": self.seconds,
                 "output_throughput": self.throughput, "all_throughputs": self.all_throughputs,
-                "roofline_fraction": self.roofline_fraction, "config": self.config,
+                "roofline_fraction": self.roofline_fraction, "config": self.config, "error": self.error,
                 "summary": self.summary.to_dict() if self.summary else None}
 
 
@@ -181,24 +182,45 @@ def compare(workload: list[WorkItem], runners: dict[str, Runner], configs: dict[
     """Run every system on the same workload. With ``repeat`` > 1 the systems take turns (A B C A B C ...), so
     a drift in the machine's speed reaches them alike, and each reports its run of median throughput. ``warmup``
     untimed turns come first: an engine's first run pays for what it builds once and keeps (vLLM's first turn
-    runs at about half the speed of its later ones), which a server pays once, not per workload."""
+    runs at about half the speed of its later ones), which a server pays once, not per workload.
+
+    A system that raises is reported as failed (``Result.error``) and takes no further turns: a peer's broken
+    release must neither cost the others' runs nor pass for a throughput."""
     if repeat < 1 or warmup < 0:
         raise ValueError(f"repeat must be >= 1 and warmup >= 0, got {repeat} and {warmup}")
+    failed: dict[str, str] = {}
+
+    def attempt(name: str, run: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return run(*args)
+        except Exception as e:  # any error of the system's own: reported in its row, the others go on
+            failed[name] = f"{type(e).__name__}: {e}"
+            print(f"{name} failed ({failed[name]}); it takes no further turns", flush=True)
+            return None
+
     for i in range(warmup):
         for name, runner in runners.items():
-            if echo:
-                print(f"warming up {name} ({i + 1}/{warmup}, not timed) ...", flush=True)
-            runner(workload)
+            if name not in failed:
+                if echo:
+                    print(f"warming up {name} ({i + 1}/{warmup}, not timed) ...", flush=True)
+                attempt(name, runner, workload)
     runs: dict[str, list[Result]] = {name: [] for name in runners}
     for i in range(repeat):
         for name, runner in runners.items():
+            if name in failed:
+                continue
             if echo:
                 print(f"running {name}" + (f" ({i + 1}/{repeat})" if repeat > 1 else "") + " ...", flush=True)
-            runs[name].append(run_system(name, runner, workload, (configs or {}).get(name)))
-            if echo:
-                print(f"  {runs[name][-1].throughput:.1f} output tokens/s", flush=True)
+            result = attempt(name, run_system, name, runner, workload, (configs or {}).get(name))
+            if result is not None:
+                runs[name].append(result)
+                if echo:
+                    print(f"  {result.throughput:.1f} output tokens/s", flush=True)
     results = []
-    for rs in runs.values():
+    for name, rs in runs.items():
+        if name in failed:
+            results.append(Result(name, 0, math.nan, config=(configs or {}).get(name) or {}, error=failed[name]))
+            continue
         median = sorted(rs, key=lambda r: r.throughput)[(len(rs) - 1) // 2]
         median.all_throughputs = [r.throughput for r in rs]
         results.append(median)
@@ -221,6 +243,9 @@ def format_table(results: Sequence[Result]) -> str:
     for r in results:
         s = r.summary
         runs = r.all_throughputs
+        if r.error is not None:
+            rows.append([r.name, "failed"] + ["-"] * (len(head) - 2))
+            continue
         tput = [f"{r.throughput:.1f}" + (f" ({min(runs):.0f}-{max(runs):.0f})" if len(runs) > 1 else "")]
         if roofline:
             tput.append("-" if r.roofline_fraction is None else f"{100 * r.roofline_fraction:.0f}%")
@@ -450,12 +475,14 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
               f"(prefill {bound.prefill_s:.1f}, decode {bound.decode_s:.1f}, decode attention {bound.attention_s:.1f})")
     results = compare(workload, runners, configs, echo=True, repeat=args.repeat, warmup=args.warmup)
     for r in results:
-        if bound is not None:
+        if bound is not None and r.error is None:
             r.roofline_fraction = bound.seconds / r.seconds
         if r.name in DESCRIPTIONS:
             r.config = {**DESCRIPTIONS[r.name](), **r.config}
     print(format_table(results))
     for r in results:
+        if r.error is not None:
+            print(f"{r.name} failed: {r.error}")
         if r.summary is not None and r.summary.extra.get("errors"):
             s = r.summary
             print(f"{r.name}: {s.extra['errors']:.0f} requests failed; finish reasons {s.finish_reasons}")

@@ -139,6 +139,30 @@ def test_warmup_turns_run_first_and_are_not_reported():
         compare([], {}, warmup=-1)
 
 
+def test_a_failing_system_is_reported_failed_and_the_others_run_on():
+    """A peer that raises (a broken release, a missing model file) gets a "failed" row and no throughput -- never a
+    number -- and takes no more turns; the other systems take all of theirs."""
+    order: list[str] = []
+
+    def works(workload):
+        order.append("works")
+        return 100, 1.0
+
+    def breaks_on_second_call(workload):
+        order.append("breaks")
+        if order.count("breaks") == 2:
+            raise RuntimeError("its requests came back empty")
+        return 100, 1.0
+
+    good, bad = compare(fixed_mix(4, seed=0), {"works": works, "breaks": breaks_on_second_call}, repeat=3, warmup=1)
+    assert order == ["works", "breaks", "works", "breaks", "works", "works"]  # failed in its first timed turn
+    assert good.error is None and good.all_throughputs == [100.0] * 3
+    assert bad.error == "RuntimeError: its requests came back empty" and bad.throughput != bad.throughput  # NaN
+    table = format_table([good, bad])
+    assert [line.split()[:2] for line in table.splitlines() if line.startswith("breaks")] == [["breaks", "failed"]]
+    assert json.loads(json.dumps(bad.to_dict()))["error"] == bad.error
+
+
 def test_roofline_column_and_json_record_versions_and_bound(tmp_path, capsys, monkeypatch):
     """With a real model the benchmark prints each system's share of the workload's roofline time, and --json keeps
     the measured machine, the bound and the versions. (The measurement is faked here: it needs the real model.)"""
