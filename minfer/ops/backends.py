@@ -26,7 +26,7 @@ BACKENDS: dict[str, AttentionBackend] = {b.name: b for b in (
     AttentionBackend(  # "auto" on the CPU where it builds (cpp_paged_attention.available); else the reference
         "cpp", "minfer.ops.paged_attention:store_kv", "minfer.ops.cpp_paged_attention:cpp_paged_attention",
         devices=("cpu",), auto_on=("cpu",), needs_compiler=True, prepare="minfer.ops.cpp_paged_attention:kernel",
-        summary="a compiled CPU kernel for decodes that reads K/V in place (prefill chunks: the reference)"),
+        summary="compiled CPU kernels: decodes read K/V in place, prefill chunks on the products' register tile"),
     AttentionBackend(
         "torch", "minfer.ops.paged_attention:store_kv", "minfer.ops.paged_attention:paged_attention",
         devices=("cpu", "cuda"), auto_on=("cpu",),
