@@ -39,11 +39,11 @@ inline Vec load(const float* p) {
 
 // y[0..ROWS) x [0..cols) = x[0..ROWS) @ panel: the panel is [k_size, kPanel]; rows of x and y are x_row and y_row
 // floats apart; `next`, when not null, is where to fetch rows of another panel into the cache meanwhile: one row
-// every `every` steps of k (so that the row tiles of a panel, `every` of them, share the fetching evenly). ROWS is a compile-time
-// constant, so the compiler keeps every accumulator in a register. The sum over k runs in chunks of kChunk, each
-// summed afresh and then added to the total: a float sum's rounding error grows with the length of its chain of
-// additions, and 1,536 terms in one chain drift visibly (logits 1e-4 off PyTorch's, whose library sums in blocks
-// too); chunks of 64 keep every chain short.
+// every `every` steps of k (so that the row tiles of a panel, `every` of them, share the fetching evenly). ROWS is
+// a compile-time constant, so the compiler keeps every accumulator in a register. The sum over k runs in chunks of
+// kChunk, each summed afresh and then added to the total: a float sum's rounding error grows with the length of its
+// chain of additions, and 1,536 terms in one chain drift visibly (logits 1e-4 off PyTorch's, whose library sums in
+// blocks too); chunks of 64 keep every chain short.
 template <int64_t ROWS>
 void tile(const float* x, int64_t x_row, const float* panel, int64_t k_size, float* y, int64_t y_row,
           int64_t cols, const float* next, int64_t every) {
