@@ -162,6 +162,12 @@ def test_a_failing_system_is_reported_failed_and_the_others_run_on():
     assert [line.split()[:2] for line in table.splitlines() if line.startswith("breaks")] == [["breaks", "failed"]]
     assert json.loads(json.dumps(bad.to_dict()))["error"] == bad.error
 
+    def unwritten(workload):  # an exercise stub in the student build: not a system failure, the caller must see it
+        raise NotImplementedError("E3.1: write BlockPool.allocate")
+
+    with pytest.raises(NotImplementedError, match="E3.1"):
+        compare(fixed_mix(4, seed=0), {"works": works, "unwritten": unwritten})
+
 
 def test_roofline_column_and_json_record_versions_and_bound(tmp_path, capsys, monkeypatch):
     """With a real model the benchmark prints each system's share of the workload's roofline time, and --json keeps
