@@ -192,12 +192,15 @@ static void prefill_attention_kernel(const torch::Tensor& q, const torch::Tensor
   const int64_t* lens = seq_lens.data_ptr<int64_t>();
   float* out_ptr = out.data_ptr<float>();
 
+  // request r, KV head h: K^T in panels [key_panels, D, kPanel], then V in panels [dim_panels, len, kPanel]
+  auto key_floats = [&](int64_t r) { return (lens[r] + kPanel - 1) / kPanel * head_dim * kPanel; };
+  auto head_floats = [&](int64_t r) { return key_floats(r) + dim_panels * lens[r] * kPanel; };
   struct Tile { int64_t req, head, row, rows; };  // `rows` queries of `head` from the chunk's query `row` on
   std::vector<Tile> tiles;
   std::vector<int64_t> packed_at(num_reqs + 1, 0);  // where request r's packed keys and values start
   for (int64_t r = first; r < num_reqs; ++r) {
-    const int64_t n = starts[r + 1] - starts[r], key_panels = (lens[r] + kPanel - 1) / kPanel;
-    packed_at[r + 1] = packed_at[r] + num_kv_heads * (key_panels * head_dim + dim_panels * lens[r]) * kPanel;  // K^T, V
+    const int64_t n = starts[r + 1] - starts[r];
+    packed_at[r + 1] = packed_at[r] + num_kv_heads * head_floats(r);
     if (n == 0) continue;
     const int64_t count = (n + kTileRows - 1) / kTileRows, height = (n + count - 1) / count;  // equal-height tiles
     for (int64_t row = (count - 1) * height; row >= 0; row -= height)  // the last tile (most keys) first
@@ -206,11 +209,7 @@ static void prefill_attention_kernel(const torch::Tensor& q, const torch::Tensor
   thread_local std::vector<float> buffer;  // reused across calls: fresh pages would cost more than the copy
   buffer.resize(packed_at[num_reqs]);
   float* packed = buffer.data();  // (the worker threads see this thread's buffer through the pointer)
-  // request r, KV head h: K^T in panels [key_panels, D, kPanel], then V in panels [dim_panels, len, kPanel]
-  auto key_floats = [&](int64_t r) { return (lens[r] + kPanel - 1) / kPanel * head_dim * kPanel; };
-  auto keys_of = [&](int64_t r, int64_t h) {
-    return packed + packed_at[r] + h * (key_floats(r) + dim_panels * lens[r] * kPanel);
-  };
+  auto keys_of = [&](int64_t r, int64_t h) { return packed + packed_at[r] + h * head_floats(r); };
   auto values_of = [&](int64_t r, int64_t h) { return keys_of(r, h) + key_floats(r); };
 
 #pragma omp parallel num_threads(at::get_num_threads())
