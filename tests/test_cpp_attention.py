@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from minfer import EngineConfig
-from minfer.ops.cpp_paged_attention import cpp_paged_attention, have_compiler, kernel
+from minfer.ops.cpp_paged_attention import cpp_paged_attention, cpp_store_kv, have_compiler, kernel
 from minfer.ops.paged_attention import paged_attention as _paged_attention
 from minfer.ops.paged_attention import store_kv
 from minfer.ops.testing import random_mixed_step, random_paged_batch
@@ -92,6 +92,31 @@ def test_the_kernel_refuses_bad_inputs():
     with pytest.raises(RuntimeError, match="one more entry"):
         kernel().prefill_attention(b.q, b.k_cache, b.v_cache, m.block_tables, m.seq_lens, m.seq_lens, 0, 0.125,
                                    torch.empty_like(b.q))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_store_kv_writes_what_the_reference_writes_and_checks_every_slot(dtype):
+    """One call for k and v, from strided views (as the fused q/k/v product gives them), in any dtype: the caches
+    end bit for bit as the reference's two ``index_copy_`` leave them. A slot outside the cache is an IndexError
+    that names it, raised before anything is written."""
+    b = random_paged_batch([(9, 1), (20, 7)], block_size=16, num_kv_heads=2, group=3, head_dim=64)
+    qkv = torch.randn(len(b.k), 4 * 2 * 64, dtype=dtype)  # k and v as column slices of a wider product
+    k, v = qkv[:, :128].view(-1, 2, 64), qkv[:, 256:384].view(-1, 2, 64)
+    want_k, want_v = b.k_cache.to(dtype), b.v_cache.to(dtype)
+    got_k, got_v = want_k.clone(), want_v.clone()
+    store_kv(k, v, want_k, want_v, b.meta.slot_mapping)
+    cpp_store_kv(k, v, got_k, got_v, b.meta.slot_mapping)
+    assert torch.equal(got_k, want_k) and torch.equal(got_v, want_v)
+    bad = b.meta.slot_mapping.clone()
+    bad[-1] = got_k.shape[0] * got_k.shape[1]
+    before = got_k.clone()
+    with pytest.raises(IndexError, match=f"slot {int(bad[-1])} of token {len(bad) - 1} is out of range"):
+        cpp_store_kv(k * 2, v, got_k, got_v, bad)
+    assert torch.equal(got_k, before)
+    with pytest.raises(RuntimeError, match="share one dtype"):
+        cpp_store_kv(k.float() if dtype != torch.float32 else k.double(), v, got_k, got_v, b.meta.slot_mapping)
+    with pytest.raises(RuntimeError, match="int64"):
+        cpp_store_kv(k, v, got_k, got_v, b.meta.slot_mapping.int())
 
 
 def test_cpp_on_cuda_is_refused_by_the_config():

@@ -16,6 +16,7 @@ from minfer.ops.linear import (
     kernels,
     onednn_supports,
     pack,
+    pack_gated,
     packed_linear,
     padded_rows,
     repack,
@@ -155,6 +156,62 @@ def test_cpp_kernel_equals_x_at_w_for_any_rows_and_columns(shape):
                                    atol=1e-4)
 
 
+def test_pack_gated_alternates_gate_and_up_panels():
+    """Gate's panel j, then up's panel j: each half packed as ``pack`` packs it (its own last panel padded)."""
+    w = torch.arange(3 * 6, dtype=torch.float32).view(3, 6)  # [in=3, 2 * 3]: gate's 3 columns, then up's
+    panels = pack_gated(w, 2)
+    gate, up = pack(w[:, :3], 2), pack(w[:, 3:], 2)
+    assert panels.shape == (4, 3, 2) and panels.is_contiguous()
+    for j in range(2):
+        assert torch.equal(panels[2 * j], gate[j]) and torch.equal(panels[2 * j + 1], up[j])
+
+
+@needs_cpp
+@pytest.mark.parametrize("shape", [(24, 80), (7, 2 * 33), (1536 // 8, 2 * 96)])
+def test_gated_product_is_the_product_then_silu_mul(shape):
+    """A gated copy returns ``silu(x @ W_gate) * (x @ W_up)``: the very floats of the plain product followed by the
+    SiLU-and-mul kernel (same sums, same activation arithmetic), for any rows, and close to the PyTorch reference."""
+    from minfer.model.llama import silu_mul
+    from minfer.ops.pointwise import kernels as pointwise_kernels
+
+    torch.manual_seed(0)
+    k, n = shape
+    weight = torch.randn(k, n) / k**0.5
+    plain = repack(weight, None, transposed=True, backend="cpp")
+    gated = repack(weight, None, transposed=True, backend="cpp", gated=True)
+    assert gated.gated and not plain.gated and repack(weight, gated, transposed=True, backend="cpp") is not gated
+    x = torch.randn(40, k)
+    for rows in (0, 1, 12, 13, 40):
+        out = packed_linear(x[:rows], gated)
+        assert out.shape == (rows, n // 2)
+        assert torch.equal(out, pointwise_kernels().silu_mul(packed_linear(x[:rows], plain)))
+        torch.testing.assert_close(out, silu_mul(x[:rows] @ weight), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="gated product takes no bias"):
+        packed_linear(x, gated, torch.zeros(n))
+    assert not repack(weight, None, transposed=True, backend="onednn", gated=True).gated  # only the C++ kernel
+
+
+@needs_cpp
+def test_every_panel_is_computed_once_whatever_the_threads():
+    """The threads share the panels out and take each other's leftovers: with 1, 2, 3 or more threads than panels
+    the result is the same, bit for bit (a panel skipped would leave uninitialized memory, one done twice by two
+    threads would still be equal -- so the count of panels, 5, is odd and smaller than some thread counts)."""
+    torch.manual_seed(0)
+    weight = torch.randn(48, 5 * kernels().panel_width())
+    packed = repack(weight, None, transposed=True, backend="cpp")
+    x = torch.randn(30, 48)
+    threads = torch.get_num_threads()
+    try:
+        results = []
+        for count in (1, 2, 3, 8):
+            torch.set_num_threads(count)
+            results.append(packed_linear(x, packed))
+    finally:
+        torch.set_num_threads(threads)
+    torch.testing.assert_close(results[0], x @ weight, rtol=1e-5, atol=1e-4)
+    assert all(torch.equal(r, results[0]) for r in results[1:])
+
+
 @needs_cpp
 def test_cpp_kernel_rejects_what_it_cannot_multiply():
     packed = repack(torch.randn(8, 16), None, transposed=True, backend="cpp")
@@ -162,6 +219,8 @@ def test_cpp_kernel_rejects_what_it_cannot_multiply():
         kernels().linear(torch.randn(3, 8, dtype=torch.float64), packed.tensor, 16)
     with pytest.raises(RuntimeError, match="packed must be"):
         kernels().linear(torch.randn(3, 9), packed.tensor, 16)
+    with pytest.raises(RuntimeError, match="packed must be"):  # a gated weight has twice the panels of its result
+        kernels().linear(torch.randn(3, 8), packed.tensor, 16, True)
 
 
 def test_auto_falls_back_to_onednn_with_a_notice_where_the_kernel_does_not_build(monkeypatch, capsys):

@@ -53,7 +53,9 @@ def test_llama_cpp_generates_every_token():
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
 def test_vllm_generates_every_token_in_its_own_process():
-    work = uniform_mix(2, (8, 40), (2, 12), seed=1)
-    tokens, seconds = peers.run_vllm(work, eager=True)
-    assert tokens == sum(w.output_len for w in work) and seconds > 0
+    work = uniform_mix(2, (200, 300), (2, 12), seed=1)  # prompts longer than a 128-token block of its cache
+    for turn in range(2):  # the same prompts again: served cold, not from the prefix cache of the first turn
+        tokens, seconds = peers.run_vllm(work, eager=True)
+        assert tokens == sum(w.output_len for w in work) and seconds > 0
+        assert peers.vllm_engine(True).last_cached_tokens == 0, f"turn {turn} was served from the prefix cache"
     assert peers.vllm_config(eager=True)["threads"] >= 1

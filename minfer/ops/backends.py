@@ -24,7 +24,7 @@ from minfer.ops.cpp_build import build_problem, have_compiler
 
 BACKENDS: dict[str, AttentionBackend] = {b.name: b for b in (
     AttentionBackend(  # "auto" on the CPU where it builds (cpp_paged_attention.available); else the reference
-        "cpp", "minfer.ops.paged_attention:store_kv", "minfer.ops.cpp_paged_attention:cpp_paged_attention",
+        "cpp", "minfer.ops.cpp_paged_attention:cpp_store_kv", "minfer.ops.cpp_paged_attention:cpp_paged_attention",
         devices=("cpu",), auto_on=("cpu",), needs_compiler=True, prepare="minfer.ops.cpp_paged_attention:kernel",
         summary="compiled CPU kernels: decodes read K/V in place, prefill chunks on the products' register tile"),
     AttentionBackend(

@@ -119,6 +119,7 @@ class PackedWeight:
     source: tuple[int, int, torch.dtype]
     backend: str  # "cpp" or "onednn": which kernel ``packed_linear`` hands it to
     out_features: int  # columns of the product (the "cpp" copy's last panel is padded)
+    gated: bool = False  # packed by ``pack_gated``: the product returns ``silu(x @ W_gate) * (x @ W_up)``
 
 
 def weight_source(weight: Tensor) -> tuple[int, int, torch.dtype]:
@@ -135,16 +136,29 @@ def pack(in_out: Tensor, width: int) -> Tensor:
     return padded.view(k, panels, width).transpose(0, 1).contiguous()
 
 
-def repack(weight: Tensor, current: PackedWeight | None, transposed: bool, backend: str = "onednn") -> PackedWeight:
+def pack_gated(in_out: Tensor, width: int) -> Tensor:
+    """The MLP's fused gate/up weight ``[in, 2n]`` (gate's ``n`` columns, then up's), packed as ``pack`` packs each
+    half, with the halves' panels alternating: gate's panel 0, up's panel 0, gate's panel 1... The C++ kernel then
+    meets the two products of the same columns together, and applies ``silu(gate) * up`` before writing them."""
+    gate, up = in_out.chunk(2, dim=1)
+    return torch.stack([pack(gate, width), pack(up, width)], dim=1).flatten(0, 1)
+
+
+def repack(weight: Tensor, current: PackedWeight | None, transposed: bool, backend: str = "onednn",
+           gated: bool = False) -> PackedWeight:
     """``backend``'s copy of ``weight``: ``current`` while it still copies it, else a new one. ``transposed``:
     ``weight`` is stored ``[in, out]``, as minfer's ``Linear`` does; else ``[out, in]`` (``nn.Linear``'s layout,
-    and the embedding's, which the LM head shares)."""
-    if current is not None and current.source == weight_source(weight) and current.backend == backend:
+    and the embedding's, which the LM head shares). ``gated``: ``weight`` is the MLP's fused gate/up weight, and
+    the ``"cpp"`` copy applies its activation (``pack_gated``); other backends copy it as any weight."""
+    gated = gated and backend == "cpp"
+    if (current is not None and current.source == weight_source(weight) and current.backend == backend
+            and current.gated == gated):
         return current
     weight = weight.detach()
     if backend == "cpp":
         in_out = weight if transposed else weight.t()
-        return PackedWeight(pack(in_out, kernels().panel_width()), weight_source(weight), backend, in_out.shape[1])
+        packed = (pack_gated if gated else pack)(in_out, kernels().panel_width())
+        return PackedWeight(packed, weight_source(weight), backend, in_out.shape[1], gated)
     out_in = (weight.t() if transposed else weight).contiguous()
     return PackedWeight(torch.ops.mkldnn._reorder_linear_weight(out_in, None), weight_source(weight), backend,
                         out_in.shape[0])
@@ -164,9 +178,12 @@ def padded_rows(rows: int) -> int:
 
 
 def packed_linear(x: Tensor, packed: PackedWeight, bias: Tensor | None = None) -> Tensor:
-    """``x @ W (+ bias)`` through a packed copy of ``W``; ``x``: ``[rows, in]``, any number of rows."""
+    """``x @ W (+ bias)`` through a packed copy of ``W``; ``x``: ``[rows, in]``, any number of rows. A gated copy
+    returns ``silu(x @ W_gate) * (x @ W_up)`` and takes no bias (the bias would go before the activation)."""
     if packed.backend == "cpp":
-        y = kernels().linear(x.contiguous(), packed.tensor, packed.out_features)
+        if packed.gated and bias is not None:
+            raise ValueError("a gated product takes no bias: pack a weight with a bias without gated=True")
+        y = kernels().linear(x.contiguous(), packed.tensor, packed.out_features, packed.gated)
         return y if bias is None else y + bias
     rows = x.shape[0]  # oneDNN: padded with zero rows to ``padded_rows``, which are computed and dropped
     if (padded := padded_rows(rows)) != rows:
