@@ -131,6 +131,8 @@ class VLLMProcess:
         os.close(from_child)
         self.send, self.receive = Connection(from_parent, readable=False), Connection(to_parent, writable=False)
         self.info = self._receive()
+        self.last_cpu_seconds: float | None = None  # of the last run (see run)
+        self.last_cached_tokens: int | None = None
 
     def _receive(self) -> dict[str, Any]:
         if not self.receive.poll(3600):
@@ -197,7 +199,7 @@ def vllm_config(eager: bool) -> dict[str, Any]:
         engine = vllm_engine(eager)
         config.update(build_seconds=engine.info["build_seconds"], threads=engine.info["threads"],
                       prefix_cache="emptied before each run",
-                      cached_prompt_tokens=getattr(engine, "last_cached_tokens", None))
+                      cached_prompt_tokens=engine.last_cached_tokens)
     return config
 
 

@@ -44,7 +44,8 @@ def kernel() -> ModuleType:
 
 def cpp_store_kv(k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, slot_mapping: Tensor) -> None:
     """Same contract as the reference ``store_kv``, in one call: the reference's two ``index_copy_`` calls cost more
-    to dispatch than their copy at a decode step (about 40 us a layer, 5 ms a step for this model's 30 layers)."""
+    to dispatch than their copy at a decode step (16 us a layer measured alone, up to 40 in a running engine: about
+    1 ms of a step for this model's 30 layers, against 2 us a layer here)."""
     kernel().store_kv(k, v, k_cache, v_cache, slot_mapping)
 
 

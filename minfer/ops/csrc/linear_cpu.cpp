@@ -34,9 +34,9 @@
 #include "panel_tile.h"
 #include "vector_math.h"
 
-using minfer::exp_poly;
 using minfer::kPanel;
 using minfer::kTileRows;
+using minfer::silu;
 using minfer::tile_of;
 
 // Columns per panel: how minfer/ops/linear.py packs a weight for this build.
@@ -68,9 +68,6 @@ void share_out(int64_t n, Work&& work) {
       }
   });
 }
-
-// The MLP's activation, silu(gate) * up, with pointwise_cpu.cpp's arithmetic (its silu_mul kernel, float32).
-static inline float silu_mul(float gate, float up) { return float(gate / (1.f + exp_poly(-gate))) * up; }
 
 // x: [rows, in] float32, contiguous; packed: [panels, in, kPanel] (linear.py's `pack`); returns [rows, out].
 // gated: the weight is [in, 2 * n], gate's n columns then up's, packed with their panels alternating (linear.py's
@@ -114,7 +111,7 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_
       for (int64_t t = 0; t < n; ++t) {
         float* out = yp + (r + t) * y_cols + col;
 #pragma omp simd
-        for (int64_t c = 0; c < cols; ++c) out[c] = silu_mul(products[0][t * kPanel + c], products[1][t * kPanel + c]);
+        for (int64_t c = 0; c < cols; ++c) out[c] = silu(products[0][t * kPanel + c]) * products[1][t * kPanel + c];
       }
     }
   });

@@ -282,7 +282,7 @@ void prefill_attention(const torch::Tensor& q, const torch::Tensor& k_cache, con
 
 // Each new token's key and value rows into its slot of the caches: the reference's two index_copy_ calls
 // (minfer/ops/paged_attention.py, store_kv) in one pass. The copy itself is tiny at a decode step (a few KB);
-// what this saves is the operators' dispatch, about 20 us each, twice a layer. k, v: [T, Hkv, D], rows may be
+// what this saves is the operators' dispatch, 8-20 us each, twice a layer. k, v: [T, Hkv, D], rows may be
 // strided (they are views of the fused q/k/v product), each row's Hkv * D values contiguous; caches
 // [blocks, B, Hkv, D], contiguous, of k's dtype; slot_mapping: [T] int64. Every slot is checked before any is
 // written, so a bad one leaves the caches as they were.

@@ -20,7 +20,7 @@
 
 #include "vector_math.h"
 
-using minfer::exp_poly;
+using minfer::silu;
 using minfer::lane_sum;
 
 // rows per task: enough work (about 64k values) that sharing it out pays for waking the other threads
@@ -88,7 +88,7 @@ static void silu_mul_kernel(const torch::Tensor& gate_up, torch::Tensor& out) {
 #pragma omp simd
       for (int64_t i = 0; i < n; ++i) {
         const float gi = float(g[i]);
-        o[i] = scalar_t(float(scalar_t(gi / (1.f + exp_poly(-gi)))) * float(u[i]));
+        o[i] = scalar_t(float(scalar_t(silu(gi))) * float(u[i]));
       }
     }
   });

@@ -72,4 +72,8 @@ inline float exp_poly(float x) {
   return p * scale;
 }
 
+// silu(x) = x / (1 + e^-x), the MLP's activation: one definition for the SiLU-and-mul kernel (pointwise_cpu.cpp) and
+// the gated products (linear_cpu.cpp), which must give the same floats.
+inline float silu(float x) { return x / (1.f + exp_poly(-x)); }
+
 }  // namespace minfer
