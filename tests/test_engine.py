@@ -350,3 +350,18 @@ def test_llm_uses_offline_defaults_that_keywords_override():
     assert one.engine.config.max_prefill_chunks_per_step == 1
     assert EngineConfig().max_prefill_chunks_per_step == 1  # the step-level engine keeps its latency defaults
     assert EngineConfig().chunked_prefill_size == 512
+    assert llm.engine.config.enable_prefix_caching and not EngineConfig().enable_prefix_caching
+
+
+def test_llm_second_generate_reuses_the_first_ones_prompt_blocks():
+    """LLM() caches prefixes, as vLLM's does: the same prompts sent again skip the prefill of their full blocks, and
+    the tokens do not change."""
+    llm = LLM("tiny-random", num_blocks=64, block_size=8, debug_checks=True)  # invariants checked after every step
+    prompts = [[(7 * i + j) % 200 + 3 for j in range(20 + 5 * i)] for i in range(3)]
+    params = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+    first = llm.generate(prompts, params, use_tqdm=False)
+    second = llm.generate(prompts, params, use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in second] == [o.outputs[0].token_ids for o in first]
+    assert [o.metrics.num_cached_tokens for o in first] == [0, 0, 0]
+    # every full block of each prompt, short of the last prompt token (its logits give the first output token)
+    assert [o.metrics.num_cached_tokens for o in second] == [(len(p) - 1) // 8 * 8 for p in prompts]

@@ -70,3 +70,21 @@ def test_engine_equals_hugging_face(smollm2, cases, kw):
         assert max(t.num_prefill_tokens for t in engine.trace) <= 16
     if kw.get("max_num_seqs") == 1:
         assert max(t.batch_size for t in engine.trace) == 1
+
+
+def test_offline_engine_sent_the_same_prompts_again_serves_them_from_its_prefix_cache(smollm2, cases):
+    """What ``LLM()`` does when a script calls ``generate`` twice: the second turn's prompt blocks come from the
+    prefix cache (on in ``OFFLINE_DEFAULTS``, as in vLLM's ``LLM``), and the tokens are still Hugging Face's."""
+    model, tok = smollm2
+    engine = LLMEngine(EngineConfig(**OFFLINE_DEFAULTS), model=model, tokenizer=tok)
+    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0, ignore_eos=True)
+    cached = []
+    for turn in range(2):
+        for i, (ids, _) in enumerate(cases):
+            engine.add_request(f"{turn}-{i}", ids, params)
+        outs = run_checked(engine)
+        for i, (_, ref) in enumerate(cases):
+            assert outs[f"{turn}-{i}"].outputs[0].token_ids == ref, f"turn {turn}, prompt {i}"
+        cached.append(sum(outs[f"{turn}-{i}"].metrics.num_cached_tokens for i in range(len(cases))))
+    block = engine.config.block_size  # turn 1: every full block of every prompt, short of the last prompt token
+    assert cached[1] == sum((len(ids) - 1) // block * block for ids, _ in cases) > cached[0], cached
