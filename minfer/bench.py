@@ -50,7 +50,7 @@ from minfer.cpu_malloc import keep_freed_memory
 from minfer.engine import OFFLINE_DEFAULTS
 from minfer.metrics import SLO, Summary, summarize
 from minfer.ops.backends import resolve_backend
-from minfer.ops.linear import onednn_supports, resolve_linear_backend
+from minfer.ops.linear import onednn_problem, resolve_linear_backend
 from minfer.ops.pointwise import resolve_pointwise_backend
 from minfer.types import LinearBackendName
 from minfer.units import ceil_div
@@ -122,14 +122,14 @@ def engine_runner(config: EngineConfig, slo: SLO | None = None, seed: int = 0) -
 # kernels (what runs without a compiler: PyTorch's operators, oneDNN's products where it runs), with oneDNN's
 # products on its packed weights, with plain ``x @ W`` products, or in bfloat16
 # every system by name; the default benchmark runs them in this order
-WITHOUT_COMPILER_PRODUCTS: LinearBackendName = "torch" if onednn_supports(torch.float32, "cpu") else "onednn"
+WITHOUT_COMPILER_PRODUCTS: LinearBackendName = "torch" if onednn_problem(torch.float32, "cpu") else "onednn"
 RUNNERS: dict[str, Runner] = {
     "minfer LLM() defaults": engine_runner(EngineConfig(**OFFLINE_DEFAULTS)),
-    "minfer, no C++ kernels": engine_runner(EngineConfig(**OFFLINE_DEFAULTS, attention_backend="torch",
-                                                         pointwise_backend="torch",
-                                                         linear_backend=WITHOUT_COMPILER_PRODUCTS)),
-    "minfer, oneDNN products": engine_runner(EngineConfig(**OFFLINE_DEFAULTS, linear_backend="onednn")),
-    "minfer, x @ W products": engine_runner(EngineConfig(**OFFLINE_DEFAULTS, linear_backend="torch")),
+    "minfer, no C++ kernels": engine_runner(EngineConfig(**{**OFFLINE_DEFAULTS, "attention_backend": "torch",
+                                                            "pointwise_backend": "torch",
+                                                            "linear_backend": WITHOUT_COMPILER_PRODUCTS})),
+    "minfer, oneDNN products": engine_runner(EngineConfig(**{**OFFLINE_DEFAULTS, "linear_backend": "onednn"})),
+    "minfer, x @ W products": engine_runner(EngineConfig(**{**OFFLINE_DEFAULTS, "linear_backend": "torch"})),
     "minfer, bfloat16": engine_runner(EngineConfig(**OFFLINE_DEFAULTS, dtype="bfloat16")),
     "minfer static batching": minfer_static_system,
     "HF generate, static batches": hf_static_system,
@@ -139,9 +139,9 @@ RUNNERS: dict[str, Runner] = {
 
 def describe_engine(linear_backend: LinearBackendName = "auto") -> Callable[[], dict]:
     """What ``--json`` records of a minfer row: its backends as resolved on this machine, and its step sizes."""
-    return lambda: {"attention_backend": resolve_backend("auto", "cpu").name,
+    return lambda: {**OFFLINE_DEFAULTS, "attention_backend": resolve_backend("auto", "cpu").name,
                     "linear_backend": resolve_linear_backend(linear_backend, torch.float32, "cpu"),
-                    "pointwise_backend": resolve_pointwise_backend("auto", "cpu"), **OFFLINE_DEFAULTS}
+                    "pointwise_backend": resolve_pointwise_backend("auto", "cpu")}
 
 
 DESCRIPTIONS: dict[str, Callable[[], dict]] = {  # name → how the system ran (versions, settings), for --json

@@ -39,7 +39,13 @@ PREEMPTION_MODES = allowed(PreemptionMode)
 RESUME_RULES = allowed(ResumeRule)
 
 __all__ = ["ADMISSIONS", "BACKENDS", "DTYPES", "EXECUTORS", "LINEAR_BACKENDS", "POINTWISE_BACKENDS", "POLICIES",
-           "PREEMPTION_MODES", "RESUME_RULES", "TIMEOUT_ACTIONS", "EngineConfig", "parse_bytes"]
+           "PREEMPTION_MODES", "RESUME_RULES", "SPEED_UPS", "TIMEOUT_ACTIONS", "EngineConfig", "parse_bytes"]
+
+
+# What LLM() and the server add to EngineConfig's defaults: every speed-up that runs on this machine, swapped into
+# the model once when the engine is built (minfer/accelerate.py). LLMEngine's own default is the plain model that the
+# chapters read; the outputs are the same either way, up to the last bits of float rounding.
+SPEED_UPS: dict[str, str] = {"linear_backend": "auto", "pointwise_backend": "auto"}
 
 
 class SimSpec(Protocol):
@@ -61,8 +67,10 @@ class EngineConfig:
     executor: ExecutorName = "model"  # "model" (real forward passes) or "sim" (roofline cost model, no weights)
     hardware: str | SimSpec | None = None  # sim only: a hardware spec name such as "H100-SXM", or a spec
     attention_backend: BackendName = "auto"  # a name in minfer.ops.backends.BACKENDS; auto: per device
-    linear_backend: LinearBackendName = "auto"  # matrix products: "torch" (x @ W), "cpp" or "onednn" (packed, CPU)
-    pointwise_backend: PointwiseBackendName = "auto"  # RMSNorm, rotary, SiLU-and-mul: "torch" or "cpp" (CPU); auto
+    # the speed-up layer (minfer/accelerate.py): "torch" runs the plain model as written (the chapters' engine);
+    # LLM() and the server ask for "auto" (SPEED_UPS): whatever runs fastest here
+    linear_backend: LinearBackendName = "torch"  # matrix products: "torch" (x @ W), "cpp" or "onednn" (packed, CPU)
+    pointwise_backend: PointwiseBackendName = "torch"  # RMSNorm, rotary, SiLU-and-mul: "torch" or "cpp" (CPU)
     cuda_graphs: bool = True  # capture decode steps in CUDA graphs (CUDA only)
     seed: int = 0  # for requests sampled without their own seed
 

@@ -29,7 +29,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from minfer import fields
-from minfer.config import EngineConfig
+from minfer.config import SPEED_UPS, EngineConfig
 from minfer.detokenizer import Detokenizer
 from minfer.executor import ExecutorSetup, ModelOutput
 from minfer.kv.block_pool import BlockPool
@@ -365,9 +365,10 @@ class LLMEngine:
 # same: its LLM class gets larger step budgets than its server. Prefix caching is on, as in vLLM's LLM: a script
 # that calls generate again with the same system prompt (or the same prompts) skips their prefill, and outputs are
 # identical with it on or off (chapter 08); with nothing to share it costs a hash per full block (no measurable time
-# on the README workload). LLMEngine leaves it off, for chapter 08 to turn on. Any keyword passed to LLM overrides
-# these.
-OFFLINE_DEFAULTS: dict[str, Any] = {"chunked_prefill_size": 2048, "max_prefill_chunks_per_step": 32,
+# on the README workload). LLMEngine leaves it off, for chapter 08 to turn on. And the model runs with every
+# speed-up this machine has (SPEED_UPS: packed products, compiled norms), where LLMEngine runs the plain model the
+# chapters read. Any keyword passed to LLM overrides these.
+OFFLINE_DEFAULTS: dict[str, Any] = {**SPEED_UPS, "chunked_prefill_size": 2048, "max_prefill_chunks_per_step": 32,
                                     "enable_prefix_caching": True}
 
 

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from minfer.model.config import ModelConfig
-from minfer.ops.linear import PACKED_BACKENDS, packed_linear, repack, supports
+from minfer.ops.linear import PACKED_BACKENDS, pack_weight, packed_linear, problem
 from minfer.sim.cost import StepShape, roofline_terms
 from minfer.sim.models import ModelSpec
 
@@ -84,7 +84,7 @@ class ModelMatmuls:
         self.dtype, self.device, self.linear_backend = dtype, device, linear_backend
         self.weights = [torch.randn(i, o, dtype=dtype, device=device) * 0.02
                         for _ in range(num_layers or config.num_layers) for i, o in layer_shapes(config)]
-        self.packed = ([repack(w, None, transposed=True, backend=linear_backend) for w in self.weights]
+        self.packed = ([pack_weight(w, transposed=True, backend=linear_backend) for w in self.weights]
                        if linear_backend in PACKED_BACKENDS else [])
         self.flops_per_row = 2 * sum(w.numel() for w in self.weights)
 
@@ -149,7 +149,7 @@ def measure(config: ModelConfig, decode_rows: int, dtype: torch.dtype = torch.fl
     the largest step the engines judged take (a product's rate grows with its rows, so a bound measured at fewer
     rows than they use would not bound them); beyond 512 rows, fewer layers are timed, for the same arithmetic."""
     start = time.perf_counter()
-    backends = [name for name in ("torch", *PACKED_BACKENDS) if supports(name, dtype, device) is None]
+    backends = [name for name in ("torch", *PACKED_BACKENDS) if problem(name, dtype, device) is None]
     prefill_layers = max(1, config.num_layers * PREFILL_ROWS // max(prefill_rows, PREFILL_ROWS))
     prefill: dict[str, float] = {}
     decode: dict[str, float] = {}

@@ -12,8 +12,9 @@ mid-prompt chunk samples nothing. Everything comes from the ``SchedulerOutput``:
 request's block table, so the runner never asks the block pool. Before the forward pass it makes the step's KV
 block copies (swap preemption): swap-outs first, since a device block one frees may be refilled in this step.
 
-``build_model_executor`` loads the model, sizes the KV cache and returns the runner in an
-``ExecutorSetup`` (the simulator's counterpart is ``sim/executor.py``).
+``build_model_executor`` builds it in three named steps -- load the model (``load_weights``), swap in the speed-ups
+that this machine runs (``minfer/accelerate.py``, once), size and allocate the paged KV cache (``kv_blocks``) -- and
+returns the runner in an ``ExecutorSetup`` (the simulator's counterpart is ``sim/executor.py``).
 """
 
 from __future__ import annotations
@@ -36,24 +37,15 @@ from minfer.units import parse_bytes
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaModel, kv_cache: PagedKVCache, seed: int = 0, linear_backend: str = "torch",
-                 pointwise_backend: str = "torch") -> None:
-        self.model, self.kv_cache = model, kv_cache
+    def __init__(self, model: LlamaModel, kv_cache: PagedKVCache, seed: int = 0) -> None:
+        self.model, self.kv_cache = model, kv_cache  # the model as the engine runs it (accelerated or plain)
         self.device = model.device
-        # resolved backends (minfer/ops/linear.py, pointwise.py), set on the model at every step: engines may share
-        # a model
-        self.linear_backend, self.pointwise_backend = linear_backend, pointwise_backend
-        self.use_backends()
         self.generator = torch.Generator().manual_seed(seed)
         # forward(input_ids, positions, meta) -> hidden; the CUDA path swaps in a graph-replaying version
         self.forward: Callable[[Tensor, Tensor, AttentionMetadata], Tensor] = self.eager_forward
 
     def eager_forward(self, input_ids: Tensor, positions: Tensor, meta: AttentionMetadata) -> Tensor:
         return self.model(input_ids, positions, self.kv_cache.attention(meta))
-
-    def use_backends(self) -> None:
-        self.model.use_linear_backend(self.linear_backend)
-        self.model.use_pointwise_backend(self.pointwise_backend)
 
     def prepare(self, chunks: list[ScheduledChunk]) -> tuple[Tensor, Tensor, AttentionMetadata]:
         """Flat token ids and positions, and the attention metadata, for ``chunks`` in the given order."""
@@ -101,7 +93,6 @@ class ModelRunner:
         # decodes first, longest context first: the reference attention batches them
         chunks = sorted(out.chunks, key=lambda c: (not c.is_decode, -c.start))
         input_ids, positions, meta = self.prepare(chunks)
-        self.use_backends()  # a no-op unless another engine changed them
         hidden = self.forward(input_ids, positions, meta)
         rows = [i for i, c in enumerate(chunks) if c.samples]
         if not rows:
@@ -121,16 +112,15 @@ def resolve_dtype(dtype: str, device: str) -> torch.dtype:
 
 
 def build_model_executor(config: EngineConfig, model: Any = None, tokenizer: Any = None) -> ExecutorSetup:
-    """Load (or reuse) the model, size and allocate the paged KV cache, and build the runner.
+    """Load (or reuse) the model, swap in the speed-ups this machine runs, size and allocate the paged KV cache,
+    and build the runner.
 
     The attention backend is loaded *before* any weights: on the CPU, Triton's interpreter must be switched
     on before ``transformers`` imports ``triton``."""
+    from minfer.accelerate import accelerate
     from minfer.cpu_malloc import keep_freed_memory
-    from minfer.kv.cache import bytes_per_block, num_blocks_for_gpu, num_blocks_for_memory
-    from minfer.model.loader import load_model
+    from minfer.kv.cache import bytes_per_block
     from minfer.ops.backends import load_backend, resolve_backend
-    from minfer.ops.linear import resolve_linear_backend
-    from minfer.ops.pointwise import resolve_pointwise_backend
 
     cfg = config
     dtype = resolve_dtype(cfg.dtype, cfg.device)
@@ -139,14 +129,45 @@ def build_model_executor(config: EngineConfig, model: Any = None, tokenizer: Any
     ops = load_backend(resolve_backend(cfg.attention_backend, cfg.device), cfg.device)
     if cfg.device == "cpu":  # each step's activations reuse the last step's memory (see cpu_malloc.py)
         keep_freed_memory()
-    if model is None:
-        model, tokenizer = load_model(cfg.checkpoint, cfg.device, dtype)
-    elif tokenizer is None:
-        raise ValueError("pass the tokenizer together with a preloaded model")
-    else:
-        model = model.to(device=cfg.device, dtype=dtype)
+    model, tokenizer = load_weights(cfg, dtype, model, tokenizer)
+    fast = accelerate(model, cfg.linear_backend, cfg.pointwise_backend)  # a copy that shares the weights
     mcfg = model.config
     max_model_len = min(cfg.max_model_len or mcfg.max_position_embeddings, mcfg.max_position_embeddings)
+    num_blocks = kv_blocks(cfg, fast, dtype, max_model_len)
+    block_bytes = bytes_per_block(mcfg, cfg.block_size, dtype)
+    swap_blocks = num_swap_blocks(cfg, block_bytes)
+    kv_cache = PagedKVCache(mcfg, num_blocks, cfg.block_size, dtype, cfg.device, ops, num_host_blocks=swap_blocks)
+    runner = ModelRunner(fast, kv_cache, seed=cfg.seed)
+    if cfg.device.startswith("cuda") and cfg.cuda_graphs:
+        from minfer.cuda_graphs import enable_cuda_graphs
+
+        with torch.cuda.device(torch.device(cfg.device)):  # capture on this engine's GPU, not the current one
+            enable_cuda_graphs(runner, max_batch=cfg.max_num_seqs)
+    return ExecutorSetup(
+        executor=runner, num_blocks=num_blocks, max_model_len=max_model_len, tokenizer=tokenizer,
+        vocab_size=mcfg.vocab_size, eos_token_ids=tuple(sorted({tokenizer.eos_token_id, *mcfg.eos_token_ids})),
+        model=model, kv_cache=kv_cache, kv_block_bytes=block_bytes, num_swap_blocks=swap_blocks,
+    )
+
+
+def load_weights(config: EngineConfig, dtype: torch.dtype, model: Any = None, tokenizer: Any = None) -> tuple[Any, Any]:
+    """(model, tokenizer): loaded from ``config.checkpoint``, or the preloaded pair moved to the engine's device and
+    dtype (the plain model: engines that share it each swap in their own speed-ups)."""
+    from minfer.model.loader import load_model
+
+    if model is None:
+        return load_model(config.checkpoint, config.device, dtype)
+    if tokenizer is None:
+        raise ValueError("pass the tokenizer together with a preloaded model")
+    return model.to(device=config.device, dtype=dtype), tokenizer
+
+
+def kv_blocks(config: EngineConfig, model: LlamaModel, dtype: torch.dtype, max_model_len: int) -> int:
+    """How many KV blocks the memory budget holds: ``num_blocks`` when given; on the CPU, what ``kv_cache_memory``
+    holds; on CUDA, what ``gpu_memory_utilization`` leaves once the largest step's activations are counted."""
+    from minfer.kv.cache import num_blocks_for_gpu, num_blocks_for_memory
+
+    cfg, mcfg = config, model.config
     num_blocks = cfg.num_blocks
     if num_blocks is None:
         if cfg.device.startswith("cuda"):
@@ -161,19 +182,4 @@ def build_model_executor(config: EngineConfig, model: Any = None, tokenizer: Any
             num_blocks = num_blocks_for_memory(mcfg, cfg.block_size, dtype, parse_bytes(cfg.kv_cache_memory))
     if num_blocks < 1:
         raise ValueError("no memory left for KV cache blocks: lower the model size or raise the memory budget")
-    block_bytes = bytes_per_block(mcfg, cfg.block_size, dtype)
-    swap_blocks = num_swap_blocks(cfg, block_bytes)
-    kv_cache = PagedKVCache(mcfg, num_blocks, cfg.block_size, dtype, cfg.device, ops, num_host_blocks=swap_blocks)
-    linear_backend = resolve_linear_backend(cfg.linear_backend, dtype, cfg.device)
-    runner = ModelRunner(model, kv_cache, seed=cfg.seed, linear_backend=linear_backend,
-                         pointwise_backend=resolve_pointwise_backend(cfg.pointwise_backend, cfg.device))
-    if cfg.device.startswith("cuda") and cfg.cuda_graphs:
-        from minfer.cuda_graphs import enable_cuda_graphs
-
-        with torch.cuda.device(torch.device(cfg.device)):  # capture on this engine's GPU, not the current one
-            enable_cuda_graphs(runner, max_batch=cfg.max_num_seqs)
-    return ExecutorSetup(
-        executor=runner, num_blocks=num_blocks, max_model_len=max_model_len, tokenizer=tokenizer,
-        vocab_size=mcfg.vocab_size, eos_token_ids=tuple(sorted({tokenizer.eos_token_id, *mcfg.eos_token_ids})),
-        model=model, kv_cache=kv_cache, kv_block_bytes=block_bytes, num_swap_blocks=swap_blocks,
-    )
+    return num_blocks

@@ -64,9 +64,9 @@ def whole_sequence_hidden(model, ids: list[int]) -> torch.Tensor:
 
 
 def check_engines_sharing_a_model(tiny, field: str, backends: tuple[str, str], uses) -> None:
-    """Two engines on one model object, ``field`` set to each of ``backends``, stepped in turn: after each step the
-    model runs that engine's backend (``uses(model) == backend``: the runner sets it at every step), and each
-    engine's greedy tokens equal what it makes alone."""
+    """Two engines on one model object, ``field`` set to each of ``backends``, stepped in turn: each engine runs its
+    own backend (``uses(its model) == backend``; the speed-up layer gives each a copy of the model's module tree),
+    the shared model stays the plain one, and each engine's greedy tokens equal what it makes alone."""
     model, tok = tiny
     params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
     prompts = [list(range(5, 30)), list(range(40, 52))]
@@ -88,7 +88,8 @@ def check_engines_sharing_a_model(tiny, field: str, backends: tuple[str, str], u
         for e, backend in pair:
             if e.has_unfinished_requests():
                 e.step()
-                assert uses(model) == backend
+                assert uses(e.executor.model) == backend
+                assert uses(model) == "torch"
                 e.scheduler.check_invariants()
     for e, backend in pair:
         assert {r.request_id: r.output_token_ids for r in e.finished} == alone[backend]

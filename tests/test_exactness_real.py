@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from minfer.accelerate import accelerate
 from minfer.kv.contiguous import ContiguousKVCache
-from minfer.ops.linear import PACKED_BACKENDS, supports
+from minfer.ops.linear import PACKED_BACKENDS, problem
 
 PROMPTS = [
     "What is the capital of France?",
@@ -44,15 +45,16 @@ def greedy_decode(model, ids: list[int], n: int, eos: int) -> tuple[list[int], t
     return out, first_logits
 
 
-@pytest.mark.parametrize("linear_backend", [
-    "torch", *(pytest.param(name, marks=pytest.mark.skipif(supports(name, torch.float32, "cpu") is not None,
-                                                           reason=f"{supports(name, torch.float32, 'cpu')}"))
-               for name in PACKED_BACKENDS)])
-def test_greedy_and_logits_equal_hugging_face(smollm2, hf_smollm2, linear_backend):
-    """Every way of running the products: ``x @ W``, minfer's C++ kernel (the CPU's default) and oneDNN, both on
-    packed weights."""
-    model, tok = smollm2
-    model.use_linear_backend(linear_backend)
+@pytest.mark.parametrize(("linear_backend", "pointwise_backend"), [
+    ("torch", "torch"), ("auto", "auto"),
+    *(pytest.param(name, "torch", marks=pytest.mark.skipif(problem(name, torch.float32, "cpu") is not None,
+                                                           reason=f"{problem(name, torch.float32, 'cpu')}"))
+      for name in PACKED_BACKENDS)])
+def test_greedy_and_logits_equal_hugging_face(smollm2, hf_smollm2, linear_backend, pointwise_backend):
+    """Every way of running the model: the plain model (``x @ W``, PyTorch's operators; LLMEngine's default), every
+    speed-up that runs here (LLM()'s default), and each packed product alone: minfer's C++ kernel and oneDNN."""
+    plain, tok = smollm2
+    model = accelerate(plain, linear_backend, pointwise_backend)
     for prompt in PROMPTS:
         ids = tok.apply_chat_template([{"role": "user", "content": prompt}])
         ours, logits = greedy_decode(model, ids, 32, tok.eos_token_id)

@@ -9,28 +9,31 @@ import torch
 
 from conftest import check_engines_sharing_a_model, whole_sequence_hidden
 from minfer import EngineConfig
+from minfer.accelerate import PackedLinear, PackedLMHead, accelerate
+from minfer.model.llama import Linear, LMHead
 from minfer.model.loader import load_model
 from minfer.ops.linear import (
     PACKED_BACKENDS,
-    cpp_supports,
+    cpp_problem,
     kernels,
-    onednn_supports,
+    onednn_problem,
     pack,
     pack_gated,
+    pack_weight,
     packed_linear,
     padded_rows,
-    repack,
+    problem,
     resolve_linear_backend,
-    supports,
+    shared_pack,
 )
 
-needs_onednn = pytest.mark.skipif(onednn_supports(torch.float32, "cpu") is not None,
-                                  reason=f"{onednn_supports(torch.float32, 'cpu')}")
-needs_cpp = pytest.mark.skipif(cpp_supports(torch.float32, "cpu") is not None,
-                               reason=f"{cpp_supports(torch.float32, 'cpu')}")
+needs_onednn = pytest.mark.skipif(onednn_problem(torch.float32, "cpu") is not None,
+                                  reason=f"{onednn_problem(torch.float32, 'cpu')}")
+needs_cpp = pytest.mark.skipif(cpp_problem(torch.float32, "cpu") is not None,
+                               reason=f"{cpp_problem(torch.float32, 'cpu')}")
 packing_backends = pytest.mark.parametrize("backend", [
-    pytest.param(name, marks=pytest.mark.skipif(supports(name, torch.float32, "cpu") is not None,
-                                                reason=f"{supports(name, torch.float32, 'cpu')}"))
+    pytest.param(name, marks=pytest.mark.skipif(problem(name, torch.float32, "cpu") is not None,
+                                                reason=f"{problem(name, torch.float32, 'cpu')}"))
     for name in PACKED_BACKENDS])
 
 
@@ -42,41 +45,57 @@ def logits(model, ids: list[int]) -> torch.Tensor:
 
 @packing_backends
 def test_packed_products_give_the_same_logits(backend):
-    """Same weights, same logits up to float32 rounding, for every product including the LM head."""
+    """Same weights, same logits up to float32 rounding, for every product including the LM head; the plain model
+    the stand-ins were made from still multiplies ``x @ W``."""
     model, _ = load_model("tiny-random")
     ids = list(range(3, 40))
-    model.use_linear_backend("torch")
     plain = logits(model, ids)
-    model.use_linear_backend(backend)
-    assert all(layer.qkv_proj.packed.backend == backend for layer in model.layers)
-    assert model.lm_head_packed is not None and model.lm_head_packed.backend == backend
-    packed = logits(model, ids)
-    model.use_linear_backend("torch")  # drops the copies again
-    assert model.layers[0].down_proj.packed is None and model.lm_head_packed is None
-    torch.testing.assert_close(packed, plain, atol=1e-4, rtol=1e-4)
+    fast = accelerate(model, linear_backend=backend, pointwise_backend="torch")
+    assert all(isinstance(layer.qkv_proj, PackedLinear) and layer.qkv_proj.packed.backend == backend
+               for layer in fast.layers)
+    assert isinstance(fast.logits, PackedLMHead) and fast.logits.packed.backend == backend
+    assert type(model.layers[0].qkv_proj) is Linear and type(model.logits) is LMHead  # left as it was
+    torch.testing.assert_close(logits(fast, ids), plain, atol=1e-4, rtol=1e-4)
+    assert torch.equal(logits(model, ids), plain)
 
 
 @packing_backends
 def test_a_weight_written_after_packing_is_packed_again(backend):
-    """The packed copy follows its weight: new weights loaded into the model are what the next step multiplies."""
+    """The packed copy follows its weight: new weights loaded into the model are what the next product multiplies,
+    in the model and in every accelerated copy of it (they share the weights)."""
     model, _ = load_model("tiny-random")
     ids = list(range(3, 30))
-    model.use_linear_backend(backend)
-    first = model.layers[0].gate_up_proj.packed
-    model.use_linear_backend(backend)
-    assert model.layers[0].gate_up_proj.packed is first  # unchanged weight: the same copy, not packed again
-    before = logits(model, ids)
+    fast = accelerate(model, linear_backend=backend, pointwise_backend="torch")
+    first = fast.layers[0].gate_up_proj.packed
+    assert accelerate(model, linear_backend=backend).layers[0].gate_up_proj.packed is first  # shared, not repacked
+    before = logits(fast, ids)
     with torch.no_grad():
         model.layers[0].gate_up_proj.weight.mul_(2.0)
         model.embed_tokens.weight.mul_(0.5)  # the tied LM head
-    model.use_linear_backend(backend)
-    assert model.layers[0].gate_up_proj.packed is not first
-    model_plain, _ = load_model("tiny-random")
-    with torch.no_grad():
-        model_plain.layers[0].gate_up_proj.weight.mul_(2.0)
-        model_plain.embed_tokens.weight.mul_(0.5)
-    torch.testing.assert_close(logits(model, ids), logits(model_plain, ids), atol=1e-4, rtol=1e-4)
-    assert not torch.allclose(logits(model, ids), before)
+    after = logits(fast, ids)
+    assert fast.layers[0].gate_up_proj.packed is not first
+    torch.testing.assert_close(after, logits(model, ids), atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(after, before)
+
+
+@packing_backends
+def test_shared_copies_are_one_per_weight_and_go_with_it(backend):
+    """``shared_pack`` hands out one copy per weight while it is unchanged, a new one once it is written, and drops
+    it with the weight (a model that is gone leaves no packed copy behind)."""
+    import gc
+
+    from minfer.ops import linear
+
+    weight = torch.randn(16, 24)
+    first = shared_pack(weight, transposed=True, backend=backend)
+    assert shared_pack(weight, transposed=True, backend=backend) is first
+    assert shared_pack(weight.clone(), transposed=True, backend=backend) is not first  # another weight, equal values
+    weight.add_(1.0)
+    assert shared_pack(weight, transposed=True, backend=backend) is not first
+    keys = [k for k in linear._SHARED if k[0] == id(weight)]
+    del weight
+    gc.collect()
+    assert keys and not any(k in linear._SHARED for k in keys)
 
 
 def test_auto_picks_the_first_backend_that_runs():
@@ -84,10 +103,10 @@ def test_auto_picks_the_first_backend_that_runs():
     assert resolve_linear_backend("auto", torch.float32, "cuda") == "torch"
     assert resolve_linear_backend("torch", torch.float32, "cpu") == "torch"
     assert resolve_linear_backend("auto", torch.float16, "cpu") == "torch"
-    onednn = "torch" if onednn_supports(torch.float32, "cpu") else "onednn"
-    expected = "cpp" if cpp_supports(torch.float32, "cpu") is None else onednn
+    onednn = "torch" if onednn_problem(torch.float32, "cpu") else "onednn"
+    expected = "cpp" if cpp_problem(torch.float32, "cpu") is None else onednn
     assert resolve_linear_backend("auto", torch.float32, "cpu") == expected
-    bf16 = "torch" if onednn_supports(torch.bfloat16, "cpu") else "onednn"  # the C++ kernel is float32 only
+    bf16 = "torch" if onednn_problem(torch.bfloat16, "cpu") else "onednn"  # the C++ kernel is float32 only
     assert resolve_linear_backend("auto", torch.bfloat16, "cpu") == bf16
     with pytest.raises(ValueError, match="linear_backend='onednn' cannot run here: .*float16"):
         resolve_linear_backend("onednn", torch.float16, "cpu")
@@ -103,7 +122,8 @@ def test_auto_picks_the_first_backend_that_runs():
 @packing_backends
 def test_engines_sharing_a_model_each_get_their_own_products(tiny, backend):
     check_engines_sharing_a_model(tiny, "linear_backend", ("torch", backend),
-                                  lambda model: model.lm_head_packed.backend if model.lm_head_packed else "torch")
+                                  lambda model: model.logits.backend if isinstance(model.logits, PackedLMHead)
+                                  else "torch")
 
 
 def test_padded_rows_bound_the_shapes_onednn_compiles():
@@ -117,7 +137,7 @@ def test_padded_rows_bound_the_shapes_onednn_compiles():
 def test_padding_rows_leaves_each_row_its_own_product():
     """Odd row counts are padded with zero rows and cut back: each row's result is its own, whatever the count."""
     weight = torch.randn(24, 40)
-    packed = repack(weight, None, transposed=True)
+    packed = pack_weight(weight, transposed=True)
     x = torch.randn(70, 24)
     for rows in (1, 7, 9, 65, 70):
         out = packed_linear(x[:rows], packed)
@@ -142,8 +162,8 @@ def test_cpp_kernel_equals_x_at_w_for_any_rows_and_columns(shape):
     torch.manual_seed(0)
     k, n = shape
     weight = torch.randn(k, n)
-    packed = repack(weight, None, transposed=True, backend="cpp")
-    from_out_in = repack(weight.t().contiguous(), None, transposed=False, backend="cpp")
+    packed = pack_weight(weight, transposed=True, backend="cpp")
+    from_out_in = pack_weight(weight.t().contiguous(), transposed=False, backend="cpp")
     assert packed.tensor.shape == (-(-n // kernels().panel_width()), k, kernels().panel_width())
     x = torch.randn(70, 2 * k)[:, ::2]  # every other column: not contiguous
     bias = torch.randn(n)
@@ -177,9 +197,9 @@ def test_gated_product_is_the_product_then_silu_mul(shape):
     torch.manual_seed(0)
     k, n = shape
     weight = torch.randn(k, n) / k**0.5
-    plain = repack(weight, None, transposed=True, backend="cpp")
-    gated = repack(weight, None, transposed=True, backend="cpp", gated=True)
-    assert gated.gated and not plain.gated and repack(weight, gated, transposed=True, backend="cpp") is not gated
+    plain = pack_weight(weight, transposed=True, backend="cpp")
+    gated = pack_weight(weight, transposed=True, backend="cpp", gated=True)
+    assert gated.gated and not plain.gated
     x = torch.randn(40, k)
     for rows in (0, 1, 12, 13, 40):
         out = packed_linear(x[:rows], gated)
@@ -188,7 +208,7 @@ def test_gated_product_is_the_product_then_silu_mul(shape):
         torch.testing.assert_close(out, silu_mul(x[:rows] @ weight), rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="gated product takes no bias"):
         packed_linear(x, gated, torch.zeros(n))
-    assert not repack(weight, None, transposed=True, backend="onednn", gated=True).gated  # only the C++ kernel
+    assert not pack_weight(weight, transposed=True, backend="onednn", gated=True).gated  # only the C++ kernel
 
 
 @needs_cpp
@@ -198,7 +218,7 @@ def test_every_panel_is_computed_once_whatever_the_threads():
     threads would still be equal -- so the count of panels, 5, is odd and smaller than some thread counts)."""
     torch.manual_seed(0)
     weight = torch.randn(48, 5 * kernels().panel_width())
-    packed = repack(weight, None, transposed=True, backend="cpp")
+    packed = pack_weight(weight, transposed=True, backend="cpp")
     x = torch.randn(30, 48)
     threads = torch.get_num_threads()
     try:
@@ -214,7 +234,7 @@ def test_every_panel_is_computed_once_whatever_the_threads():
 
 @needs_cpp
 def test_cpp_kernel_rejects_what_it_cannot_multiply():
-    packed = repack(torch.randn(8, 16), None, transposed=True, backend="cpp")
+    packed = pack_weight(torch.randn(8, 16), transposed=True, backend="cpp")
     with pytest.raises(RuntimeError, match="contiguous .* float32"):
         kernels().linear(torch.randn(3, 8, dtype=torch.float64), packed.tensor, 16)
     with pytest.raises(RuntimeError, match="packed must be"):
@@ -226,9 +246,9 @@ def test_cpp_kernel_rejects_what_it_cannot_multiply():
 def test_auto_falls_back_to_onednn_with_a_notice_where_the_kernel_does_not_build(monkeypatch, capsys):
     import minfer.ops.linear as linear
 
-    monkeypatch.setattr(linear, "cpp_supports", lambda dtype, device: "no C++ compiler found")
+    monkeypatch.setattr(linear, "cpp_problem", lambda dtype, device: "no C++ compiler found")
     linear._notice.cache_clear()
-    expected = "torch" if onednn_supports(torch.float32, "cpu") else "onednn"
+    expected = "torch" if onednn_problem(torch.float32, "cpu") else "onednn"
     assert resolve_linear_backend("auto", torch.float32, "cpu") == expected
     assert "linear_backend='auto' skips 'cpp' (no C++ compiler found)" in capsys.readouterr().err
     with pytest.raises(ValueError, match=re.escape("linear_backend='cpp' cannot run here: no C++ compiler found")):

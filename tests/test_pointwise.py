@@ -8,7 +8,8 @@ import torch.nn.functional as F
 
 from conftest import check_engines_sharing_a_model, whole_sequence_hidden
 from minfer import EngineConfig
-from minfer.model.llama import RMSNorm, apply_rotary, silu_mul
+from minfer.accelerate import CompiledGateUp, CompiledRMSNorm, CompiledRotary, accelerate
+from minfer.model.llama import ApplyRotary, RMSNorm, apply_rotary, silu_mul
 from minfer.model.loader import load_model
 from minfer.ops import pointwise
 from minfer.ops.cpp_build import have_compiler
@@ -84,13 +85,13 @@ def test_kernels_refuse_tensors_they_cannot_read(kernels):
 def test_the_model_gives_the_same_hidden_states_with_either_backend():
     model, _ = load_model("tiny-random")
     ids = list(range(3, 60))
-    model.use_pointwise_backend("torch")
     reference = whole_sequence_hidden(model, ids)
-    model.use_pointwise_backend("cpp")
-    assert all(m.kernels is not None for m in model.pointwise_modules) and model.norm.kernels is not None
-    compiled = whole_sequence_hidden(model, ids)
-    model.use_pointwise_backend("torch")
-    assert model.layers[0].kernels is None and model.layers[0].input_layernorm.kernels is None
+    fast = accelerate(model, linear_backend="torch", pointwise_backend="cpp")
+    assert isinstance(fast.norm, CompiledRMSNorm) and isinstance(fast.layers[0].rotate, CompiledRotary)
+    assert all(isinstance(layer.input_layernorm, CompiledRMSNorm) and isinstance(layer.gate_up_proj, CompiledGateUp)
+               for layer in fast.layers)
+    compiled = whole_sequence_hidden(fast, ids)
+    assert type(model.layers[0].input_layernorm) is RMSNorm and type(model.layers[0].rotate) is ApplyRotary
     torch.testing.assert_close(compiled, reference, atol=1e-5, rtol=1e-5)
 
 
@@ -101,20 +102,20 @@ def test_auto_picks_the_kernels_only_where_they_build(monkeypatch, capsys):
         EngineConfig(device="cuda", pointwise_backend="cpp")
     with pytest.raises(ValueError, match="pointwise_backend must be one of"):
         EngineConfig(pointwise_backend="numba")
-    monkeypatch.setattr(pointwise, "unready", lambda kind: "no C++ compiler was found")
+    monkeypatch.setattr(pointwise, "problem", lambda kind: "no C++ compiler was found")
     pointwise._notice.cache_clear()
     assert pointwise.resolve_pointwise_backend("auto", "cpu") == "torch"
     assert "skips 'cpp' (no C++ compiler was found)" in capsys.readouterr().err
     with pytest.raises(ValueError, match="pointwise_backend='cpp' cannot run here: no C\\+\\+ compiler"):
         pointwise.resolve_pointwise_backend("cpp", "cpu")
-    monkeypatch.setattr(pointwise, "unready", lambda kind: None)
+    monkeypatch.setattr(pointwise, "problem", lambda kind: None)
     assert pointwise.resolve_pointwise_backend("auto", "cpu") == "cpp"
 
 
 @needs_kernels
 def test_engines_sharing_a_model_each_get_their_own_pointwise_steps(tiny):
     check_engines_sharing_a_model(tiny, "pointwise_backend", ("torch", "cpp"),
-                                  lambda model: "torch" if model.layers[0].kernels is None else "cpp")
+                                  lambda model: "cpp" if isinstance(model.norm, CompiledRMSNorm) else "torch")
 
 
 def test_silu_reference_is_the_gate_times_up():

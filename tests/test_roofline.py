@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from minfer.model.config import ModelConfig
-from minfer.ops.linear import PACKED_BACKENDS, supports
+from minfer.ops.linear import PACKED_BACKENDS, problem
 from minfer.roofline import MachineRoofline, ModelMatmuls, layer_shapes, measure, read_bandwidth, workload_bound
 from minfer.sim.models import MODELS, ModelSpec
 
@@ -66,8 +66,8 @@ def test_matmuls_count_their_flops_and_measure_a_rate():
 
 
 @pytest.mark.parametrize("backend", [
-    pytest.param(name, marks=pytest.mark.skipif(supports(name, torch.float32, "cpu") is not None,
-                                                reason=f"{supports(name, torch.float32, 'cpu')}"))
+    pytest.param(name, marks=pytest.mark.skipif(problem(name, torch.float32, "cpu") is not None,
+                                                reason=f"{problem(name, torch.float32, 'cpu')}"))
     for name in PACKED_BACKENDS])
 def test_packed_matmuls_do_the_same_work(backend):
     """A packed backend's rate times the same products: same FLOPs, same weights, a measured rate."""
@@ -80,7 +80,7 @@ def test_packed_matmuls_do_the_same_work(backend):
 def test_measure_reports_this_process():
     m = measure(TINY, decode_rows=3)
     assert m.decode_rows == 3 and m.threads == torch.get_num_threads() and m.dtype == "float32"
-    possible = [name for name in ("torch", *PACKED_BACKENDS) if supports(name, torch.float32, "cpu") is None]
+    possible = [name for name in ("torch", *PACKED_BACKENDS) if problem(name, torch.float32, "cpu") is None]
     assert m.prefill_backend in possible and m.decode_backend in possible
     assert f"({m.decode_backend})" in m.describe()
     assert m.prefill_flops > 0 and m.decode_flops > 0 and m.bandwidth > 0 and m.seconds > 0

@@ -9,12 +9,13 @@ Everything else (norms, projections, MLP) is per token, so it does not care how 
 
 The backend is the seam where the KV cache plugs in: a contiguous cache (chapter 01), the paged
 cache of chapter 03, or Triton kernels (chapter 07) -- the model never changes.
+
+This file is the plain PyTorch model, written as the paper describes it. Faster versions of some of its modules
+(products on pre-packed weights, one-pass norms) are swapped in once, when an engine is built, by the speed-up
+layer ``minfer/ops/accelerate.py``; nothing here knows about them.
 """
 
 from __future__ import annotations
-
-import functools
-from types import ModuleType
 
 import torch
 import torch.nn.functional as F
@@ -22,42 +23,31 @@ from torch import Tensor, nn
 
 from minfer.model.config import ModelConfig
 from minfer.ops.attention import Attention
-from minfer.ops.linear import PACKED_BACKENDS, PackedWeight, packed_linear, repack
 
 
 class RMSNorm(nn.Module):
-    """Root-mean-square norm, computed in float32 whatever the weights' dtype (as Hugging Face does).
-    ``kernels``: the compiled CPU kernels when the model uses them (``LlamaModel.use_pointwise_backend``)."""
+    """Root-mean-square norm, computed in float32 whatever the weights' dtype (as Hugging Face does)."""
 
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
-        self.kernels: ModuleType | None = None
 
     def forward(self, x: Tensor) -> Tensor:  # x / sqrt(mean(x^2) + eps), then the learned scale
-        if self.kernels is not None:  # the same arithmetic in one pass over each row
-            return self.kernels.rms_norm(x, self.weight, self.eps)
         return F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype) * self.weight
 
 
 class Linear(nn.Module):
     """``y = x @ W (+ b)`` with ``W`` stored ``[in, out]``, transposed from ``nn.Linear``'s ``[out, in]``.
     Which layout a CPU's BLAS multiplies faster depends on the CPU and the library; chapter 01 measures both
-    on your machine. The results are the same up to rounding either way. ``packed``: a packed copy of ``W`` when
-    the model's products run through a kernel that multiplies one (``LlamaModel.use_linear_backend``)."""
-
-    gated = False  # True for ``GateUp``: a packing backend may fuse its activation into the product
+    on your machine. The results are the same up to rounding either way."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(in_features, out_features))
         self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
-        self.packed: PackedWeight | None = None
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.packed is not None:  # the same product, by a kernel on its packed copy of W
-            return packed_linear(x, self.packed, self.bias)
         y = x @ self.weight
         return y if self.bias is None else y + self.bias
 
@@ -69,24 +59,15 @@ def silu_mul(gate_up: Tensor) -> Tensor:
 
 
 class GateUp(Linear):
-    """The MLP's gate and up products, fused in one weight ``[in, 2 * inter]`` (gate's columns, then up's), and the
-    activation that joins them: ``forward`` returns ``silu(x @ W_gate) * (x @ W_up)``, ``[rows, inter]``.
-    Where the products run through minfer's C++ kernel, the weight is packed *gated* and the kernel applies the
-    activation to each tile of the two products as it computes them, so the ``[rows, 2 * inter]`` product is never
-    written to memory (at a 2048-token prefill step that is 25 MB a layer, written and read back). Otherwise: the
-    product, then ``silu_mul`` -- by the compiled kernel when ``kernels`` is set, as ``RMSNorm.kernels``."""
-
-    gated = True
+    """The first half of the gated MLP (SwiGLU): ``silu(x @ W_gate) * (x @ W_up)``, ``[rows, inter]``. The gate and
+    up weights are fused in one ``[in, 2 * inter]`` matrix (gate's columns, then up's), so one product reads the
+    activations once instead of twice."""
 
     def __init__(self, in_features: int, inter_features: int) -> None:
         super().__init__(in_features, 2 * inter_features)
-        self.kernels: ModuleType | None = None
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.packed is not None and self.packed.gated:  # product and activation in one pass
-            return packed_linear(x, self.packed)
-        gate_up = super().forward(x)
-        return silu_mul(gate_up) if self.kernels is None else self.kernels.silu_mul(gate_up)
+        return silu_mul(super().forward(x))
 
 
 class Embedding(nn.Module):
@@ -100,6 +81,14 @@ class Embedding(nn.Module):
 
     def forward(self, input_ids: Tensor) -> Tensor:
         return F.embedding(input_ids, self.weight)
+
+
+class LMHead(nn.Module):
+    """Final hidden states → float32 logits over the vocabulary: ``h @ E.T``. ``E`` (``[vocab, hidden]``) is passed
+    in: the model's own LM head matrix, or its input embedding when the two are tied (SmolLM2 ties them)."""
+
+    def forward(self, hidden: Tensor, weight: Tensor) -> Tensor:
+        return F.linear(hidden, weight).float()
 
 
 def rope_inv_freq(cfg: ModelConfig) -> Tensor:
@@ -144,6 +133,14 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos + rotated * sin
 
 
+class ApplyRotary(nn.Module):
+    """Rotary position embedding applied to a layer's q and k heads (``apply_rotary``), as a module of its own so
+    that the speed-up layer can stand a one-pass kernel in for it."""
+
+    def forward(self, qk: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        return apply_rotary(qk, cos, sin)
+
+
 class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, index: int) -> None:
         super().__init__()
@@ -160,7 +157,7 @@ class DecoderLayer(nn.Module):
         self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.kernels: ModuleType | None = None  # as RMSNorm.kernels: rotary by the CPU kernel
+        self.rotate = ApplyRotary()
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attention: Attention) -> Tensor:
         t, nh, nkv = x.shape[0], self.num_heads, self.num_kv_heads
@@ -173,12 +170,6 @@ class DecoderLayer(nn.Module):
         attn = attention(self.index, q, k, v.view(t, nkv, self.head_dim))  # the only place requests' tokens meet
         x = x + self.o_proj(attn.reshape(t, -1))
         return x + self.down_proj(self.gate_up_proj(self.post_attention_layernorm(x)))  # the MLP
-
-    def rotate(self, qk: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        if self.kernels is not None:  # in place: qk is this layer's own fresh product
-            self.kernels.rotary_(qk, cos, sin)
-            return qk
-        return apply_rotary(qk, cos, sin)
 
 
 class LlamaModel(nn.Module):
@@ -193,7 +184,7 @@ class LlamaModel(nn.Module):
         self.rotary = RotaryEmbedding(cfg)
         # the LM head keeps the embedding's [vocab, hidden] layout, so a tied head is the embedding itself
         self.lm_head = None if cfg.tie_word_embeddings else Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.lm_head_packed: PackedWeight | None = None  # the LM head's packed copy, as Linear.packed
+        self.logits = LMHead()
 
     @property
     def device(self) -> torch.device:
@@ -220,42 +211,7 @@ class LlamaModel(nn.Module):
     def compute_logits(self, hidden: Tensor) -> Tensor:
         """Float32 logits for the rows given. The engine passes only rows it samples from: with a
         49k-word vocabulary, the LM head is the largest matmul, and a prefill chunk needs it once."""
-        if self.lm_head_packed is not None:
-            return packed_linear(hidden, self.lm_head_packed).float()
-        return F.linear(hidden, self.lm_head_weight).float()
-
-    def use_linear_backend(self, name: str) -> None:
-        """Run every matrix product, the LM head's included, through ``name``: ``"torch"``, ``"cpp"`` or
-        ``"onednn"`` (``minfer/ops/linear.py``; resolve ``"auto"`` there first). A packing backend packs each weight
-        the first time, and again whenever the weight has been written since; ``"torch"`` drops the packed copies."""
-        packing = name in PACKED_BACKENDS
-        for linear in self.linears:
-            packed = (repack(linear.weight, linear.packed, transposed=True, backend=name, gated=linear.gated)
-                      if packing else None)
-            if packed is not linear.packed:  # (nn.Module's attribute setter is slow, and the runner calls this
-                linear.packed = packed       # at every step, where nothing has changed)
-        self.lm_head_packed = (repack(self.lm_head_weight, self.lm_head_packed, transposed=False, backend=name)
-                               if packing else None)
-
-    def use_pointwise_backend(self, name: str) -> None:
-        """Run the norms, rotary and SiLU-and-mul through ``name``: ``"torch"`` (the operators written above) or
-        ``"cpp"`` (compiled CPU kernels, ``minfer/ops/pointwise.py``; resolve ``"auto"`` there first)."""
-        from minfer.ops.pointwise import kernels
-
-        compiled = kernels() if name == "cpp" else None
-        for module in self.pointwise_modules:
-            if module.kernels is not compiled:  # (as in use_linear_backend: set only what changes)
-                module.kernels = compiled
-
-    @functools.cached_property
-    def pointwise_modules(self) -> list[RMSNorm | DecoderLayer | GateUp]:
-        """Every module whose per-token steps the pointwise backend runs, found once."""
-        return [m for m in self.modules() if isinstance(m, (RMSNorm, DecoderLayer, GateUp))]
-
-    @functools.cached_property
-    def linears(self) -> list[Linear]:
-        """Every ``Linear`` of the model, found once (the runner checks their packed copies at every step)."""
-        return [m for m in self.modules() if isinstance(m, Linear)]
+        return self.logits(hidden, self.lm_head_weight)
 
 
 def fuse_hf_state_dict(cfg: ModelConfig, sd: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -19,14 +19,16 @@ Backends:
 * ``"auto"``: ``"cpp"`` where it builds and runs the model's dtype, else ``"onednn"`` where that can, else
   ``"torch"``.
 
-A packed copy is extra memory: the weights twice. ``LlamaModel.use_linear_backend`` applies a backend to a model;
-the runner applies its engine's at every step.
+A packed copy is extra memory: the weights twice. The model itself always multiplies ``x @ W``; the speed-up layer
+(``minfer/accelerate.py``) stands a module that multiplies a packed copy in for each of its products, once, when an
+engine is built. Engines that share a model share its packed copies (``shared_pack``).
 """
 
 from __future__ import annotations
 
 import functools
 import sys
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -49,7 +51,7 @@ def kernels() -> ModuleType:
                           instead="linear_backend='onednn' or 'torch' multiply without compiling")
 
 
-def cpp_supports(dtype: torch.dtype, device: torch.device | str) -> str | None:
+def cpp_problem(dtype: torch.dtype, device: torch.device | str) -> str | None:
     """Why minfer's C++ products cannot run ``dtype`` on ``device`` here, or None when they can (builds the
     kernel the first time it is asked on a CPU)."""
     if torch.device(device).type != "cpu":
@@ -64,7 +66,7 @@ def _cpp_unready() -> str | None:  # asked once per process
     return build_problem(kernels)
 
 
-def onednn_supports(dtype: torch.dtype, device: torch.device | str) -> str | None:
+def onednn_problem(dtype: torch.dtype, device: torch.device | str) -> str | None:
     """Why oneDNN's packed products cannot run ``dtype`` on ``device`` here, or None when they can."""
     if torch.device(device).type != "cpu":
         return "oneDNN's packed products run on the CPU"
@@ -77,12 +79,12 @@ def onednn_supports(dtype: torch.dtype, device: torch.device | str) -> str | Non
     return None
 
 
-def supports(name: str, dtype: torch.dtype, device: torch.device | str) -> str | None:
+def problem(name: str, dtype: torch.dtype, device: torch.device | str) -> str | None:
     """Why backend ``name`` cannot run ``dtype`` on ``device`` here, or None when it can."""
     if name == "cpp":
-        return cpp_supports(dtype, device)
+        return cpp_problem(dtype, device)
     if name == "onednn":
-        return onednn_supports(dtype, device)
+        return onednn_problem(dtype, device)
     return None
 
 
@@ -99,12 +101,12 @@ def resolve_linear_backend(name: LinearBackendName, dtype: torch.dtype, device: 
         if torch.device(device).type != "cpu":
             return "torch"
         if dtype == torch.float32:
-            if (problem := cpp_supports(dtype, device)) is None:
+            if (why := cpp_problem(dtype, device)) is None:
                 return "cpp"
-            _notice(problem)
-        return "torch" if onednn_supports(dtype, device) else "onednn"
-    if (problem := supports(name, dtype, device)) is not None:
-        raise ValueError(f"linear_backend={name!r} cannot run here: {problem}; use 'torch' or 'auto'")
+            _notice(why)
+        return "torch" if onednn_problem(dtype, device) else "onednn"
+    if (why := problem(name, dtype, device)) is not None:
+        raise ValueError(f"linear_backend={name!r} cannot run here: {why}; use 'torch' or 'auto'")
     return name
 
 
@@ -113,7 +115,7 @@ class PackedWeight:
     """One weight's packed copy for ``backend`` (``"cpp"``: ``[panels, in, panel width]``, see ``pack``;
     ``"onednn"``: oneDNN's own blocked layout, an opaque tensor), and which weight it copies: its memory, version
     counter and dtype. A weight written since (a checkpoint loaded into the model, ``model.to(...)``) no longer
-    matches, and ``repack`` copies it again."""
+    matches its ``source``, and must be packed again."""
 
     tensor: Tensor
     source: tuple[int, int, torch.dtype]
@@ -144,16 +146,12 @@ def pack_gated(in_out: Tensor, width: int) -> Tensor:
     return torch.stack([pack(gate, width), pack(up, width)], dim=1).flatten(0, 1)
 
 
-def repack(weight: Tensor, current: PackedWeight | None, transposed: bool, backend: str = "onednn",
-           gated: bool = False) -> PackedWeight:
-    """``backend``'s copy of ``weight``: ``current`` while it still copies it, else a new one. ``transposed``:
-    ``weight`` is stored ``[in, out]``, as minfer's ``Linear`` does; else ``[out, in]`` (``nn.Linear``'s layout,
-    and the embedding's, which the LM head shares). ``gated``: ``weight`` is the MLP's fused gate/up weight, and
-    the ``"cpp"`` copy applies its activation (``pack_gated``); other backends copy it as any weight."""
+def pack_weight(weight: Tensor, transposed: bool, backend: str = "onednn", gated: bool = False) -> PackedWeight:
+    """``backend``'s packed copy of ``weight``. ``transposed``: ``weight`` is stored ``[in, out]``, as minfer's
+    ``Linear`` does; else ``[out, in]`` (``nn.Linear``'s layout, and the embedding's, which the LM head shares).
+    ``gated``: ``weight`` is the MLP's fused gate/up weight, and the ``"cpp"`` copy applies its activation
+    (``pack_gated``); other backends copy it as any weight."""
     gated = gated and backend == "cpp"
-    if (current is not None and current.source == weight_source(weight) and current.backend == backend
-            and current.gated == gated):
-        return current
     weight = weight.detach()
     if backend == "cpp":
         in_out = weight if transposed else weight.t()
@@ -162,6 +160,23 @@ def repack(weight: Tensor, current: PackedWeight | None, transposed: bool, backe
     out_in = (weight.t() if transposed else weight).contiguous()
     return PackedWeight(torch.ops.mkldnn._reorder_linear_weight(out_in, None), weight_source(weight), backend,
                         out_in.shape[0])
+
+
+# (id of a weight, transposed, backend, gated) -> (the weight, weakly; its packed copy). Keyed by id, with the weight
+# checked by identity: tensors compare element by element, so they cannot be a dictionary's keys.
+_SHARED: dict[tuple[int, bool, str, bool], tuple[weakref.ref[Tensor], PackedWeight]] = {}
+
+
+def shared_pack(weight: Tensor, transposed: bool, backend: str, gated: bool = False) -> PackedWeight:
+    """``pack_weight``, once per weight while it is unchanged: engines that share a model share its packed copies
+    instead of holding one each. The copy is dropped with the weight."""
+    key = (id(weight), transposed, backend, gated)
+    hit = _SHARED.get(key)
+    if hit is not None and hit[0]() is weight and hit[1].source == weight_source(weight):
+        return hit[1]
+    packed = pack_weight(weight, transposed, backend, gated)
+    _SHARED[key] = (weakref.ref(weight, lambda _: _SHARED.pop(key, None)), packed)
+    return packed
 
 
 def padded_rows(rows: int) -> int:

@@ -14,7 +14,8 @@ Backends:
 * ``"auto"``: ``"cpp"`` on the CPU where the kernels build (a one-line notice once when they do not), else
   ``"torch"``.
 
-``LlamaModel.use_pointwise_backend`` applies one to a model; the runner applies its engine's at every step.
+The model itself always runs PyTorch's operators; the speed-up layer (``minfer/accelerate.py``) stands modules that
+call these kernels in for its norms, rotary and gated MLP activation, once, when an engine is built.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def kernels() -> ModuleType:
 
 
 @functools.cache
-def unready(device_type: str) -> str | None:
+def problem(device_type: str) -> str | None:
     """Why the kernels cannot run on ``device_type`` here, or None when they can (asked once per process)."""
     if device_type != "cpu":
         return "they run on the CPU"
@@ -59,10 +60,10 @@ def resolve_pointwise_backend(name: PointwiseBackendName, device: torch.device |
     kind = torch.device(device).type
     if name == "torch" or (name == "auto" and kind != "cpu"):
         return "torch"
-    problem = unready(kind)
-    if problem is None:
+    why = problem(kind)
+    if why is None:
         return "cpp"
     if name == "auto":
-        _notice(problem)
+        _notice(why)
         return "torch"
-    raise ValueError(f"pointwise_backend='cpp' cannot run here: {problem}")
+    raise ValueError(f"pointwise_backend='cpp' cannot run here: {why}")

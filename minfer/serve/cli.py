@@ -19,10 +19,11 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
-from minfer.config import EngineConfig
+from minfer.config import SPEED_UPS, EngineConfig
 from minfer.serve.app import MAX_BODY_BYTES
 
-SERVER_DEFAULTS = {"finished_window": 1000, "trace_window": 1000}  # bounded memory for a long-running server
+# every speed-up this machine runs (as LLM()), and bounded memory for a long-running server
+SERVER_DEFAULTS: dict[str, object] = {**SPEED_UPS, "finished_window": 1000, "trace_window": 1000}
 
 
 def _literal(text: str) -> Any:
