@@ -3,7 +3,7 @@
 #   make test   create .venv if needed, install, run pytest and every notebook under nbval
 # Partial runs (docs/development.md): make test-unit, make test-notebooks NOTEBOOKS=notebooks/05_chunked_prefill.ipynb,
 # PYTEST_ARGS="-x -k engine" for either or for make test.
-# The course as exercises (README, "Taking the course"; docs/instructor.md):
+# The course as exercises (docs/course.md; docs/instructor.md):
 #   make student                 write build/student/: the repository with every exercise to write
 #   make check EX=E3.1           check one exercise (without EX: every build exercise)
 #   make grade SUBMISSIONS="..." every build check on each student's copy, one table
