@@ -10,7 +10,7 @@ import pytest
 from conftest import run_checked
 from minfer import EngineConfig, LLMEngine, SamplingParams
 from minfer.sim import HARDWARE, MODELS, HardwareSpec, ModelSpec, RooflineCost, StepShape, get_hardware
-from minfer.sim.calibrate import Sample, fit, median_ape
+from minfer.validate.calibrate import Sample, fit, median_ape
 from minfer.workload import poisson, submit
 
 

@@ -16,7 +16,7 @@ A real engine reaches only part of the datasheet peaks, and less of them in a sm
 one: the ``HardwareSpec`` says how much (``matmul_efficiency`` and ``matmul_half_tokens``, ``bandwidth_efficiency``,
 ``attention_efficiency``). With every share at 1 -- ``spec.roofline()`` -- the model is the plain roofline, an upper
 bound on speed; with the shares a well-tuned engine reaches, it predicts published measurements within a stated
-error (``minfer.sim.validate``).
+error (``minfer.validate.published``).
 
 Plus overheads the roofline does not see: a fixed one per step (scheduling, launches), one per token (elementwise
 work: norms, rotary, activations) and one per sampled token (per-request work: sampling, detokenizing, a decode's
