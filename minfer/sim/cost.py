@@ -31,7 +31,7 @@ schedule in one vectorized pass, which is what makes fitting the efficiencies to
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -149,10 +149,6 @@ class RooflineCost:
         """Seconds of each of many steps, in one vectorized pass (``shapes``: a list, or ``StepShape.stack``)."""
         stacked = shapes if isinstance(shapes, StepShape) else StepShape.stack(shapes)
         return np.asarray(sum(self.parts(stacked).values()), dtype=float)
-
-    def with_hardware(self, **changes) -> RooflineCost:
-        """The same model and dtype on ``hardware`` with ``changes`` (``matmul_efficiency=0.7``, ...)."""
-        return replace(self, hardware=replace(self.hardware, **changes))
 
     def kv_bytes_per_token(self) -> int:
         return self.model.kv_bytes_per_token(self.dtype)
