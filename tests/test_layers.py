@@ -202,6 +202,17 @@ def test_the_simulator_is_a_leaf_under_the_engine():
             assert not reached, f"{m} reaches {sorted(reached)}: the simulator must run without them"
 
 
+def test_describing_requests_imports_no_torch():
+    """Requests, workloads, configs, metrics and traces are plain descriptions: a client, the simulator and the
+    load generator use them without PyTorch (a seeded request makes its ``torch.Generator`` when it samples)."""
+    script = ("import sys\n"
+              "import minfer.config, minfer.metrics, minfer.request, minfer.trace, minfer.workload\n"
+              "print('torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                         cwd=PACKAGE.parent, timeout=120)
+    assert out.stdout.strip() == "False", "a module that only describes requests imports torch"
+
+
 def test_importing_each_module_loads_nothing_above_it():
     """In a fresh interpreter, import every module in layer order and record what each one pulls in. (The
     package itself comes along with the first import, and loads nothing: it exports lazily. ``__main__``
