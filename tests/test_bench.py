@@ -102,17 +102,21 @@ def test_scale_benchmark_small():
     assert figures["simulated_s"] > 150 / 50.0 * 0.5, "the simulated run spans the arrival window"
 
 
-def test_repeated_runs_take_turns_and_report_the_median_run():
-    order: list[str] = []
-    seconds = {"a": iter([4.0, 1.0, 2.0]), "b": iter([1.0, 1.0, 1.0])}
-
-    def runner(name):
+def timed_systems(seconds: dict[str, list[float]], order: list[str]) -> dict:
+    """Systems that each report 100 tokens in the next of their ``seconds``, noting in ``order`` who ran when."""
+    def system(name, times):
         def run(workload):
             order.append(name)
-            return 100, next(seconds[name])
+            return 100, next(times)
         return run
 
-    results = compare(fixed_mix(4, seed=0), {"a": runner("a"), "b": runner("b")}, repeat=3)
+    return {name: system(name, iter(times)) for name, times in seconds.items()}
+
+
+def test_repeated_runs_take_turns_and_report_the_median_run():
+    order: list[str] = []
+    systems = timed_systems({"a": [4.0, 1.0, 2.0], "b": [1.0, 1.0, 1.0]}, order)
+    results = compare(fixed_mix(4, seed=0), systems, repeat=3)
     assert order == ["a", "b"] * 3  # in turn, so a drift in the machine's speed reaches both alike
     a, b = results
     assert a.seconds == 2.0 and a.all_throughputs == [25.0, 100.0, 50.0]  # the median run, and every run
@@ -124,15 +128,8 @@ def test_repeated_runs_take_turns_and_report_the_median_run():
 
 def test_warmup_turns_run_first_and_are_not_reported():
     order: list[str] = []
-    seconds = {"a": iter([9.0, 1.0, 2.0]), "b": iter([8.0, 1.0, 1.0])}  # the first run of each: the warm-up
-
-    def runner(name):
-        def run(workload):
-            order.append(name)
-            return 100, next(seconds[name])
-        return run
-
-    a, b = compare(fixed_mix(4, seed=0), {"a": runner("a"), "b": runner("b")}, repeat=2, warmup=1)
+    systems = timed_systems({"a": [9.0, 1.0, 2.0], "b": [8.0, 1.0, 1.0]}, order)  # the first run of each: the warm-up
+    a, b = compare(fixed_mix(4, seed=0), systems, repeat=2, warmup=1)
     assert order == ["a", "b"] * 3
     assert a.all_throughputs == [100.0, 50.0] and b.all_throughputs == [100.0, 100.0]
     with pytest.raises(ValueError, match="warmup"):
