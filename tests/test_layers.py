@@ -149,7 +149,7 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     return packages
 
 
-def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+def imports_reached_from(graph: dict[str, set[str]], start: str) -> set[str]:
     """Every module ``start`` imports, directly or through others (package ``__init__``s included)."""
     seen: set[str] = set()
     todo = [start]
@@ -198,7 +198,7 @@ def test_the_simulator_is_a_leaf_under_the_engine():
     graph = import_graph()
     for m in sorted(graph):
         if package_of(m) == "minfer.sim":
-            reached = reachable(graph, m) & SIMULATOR_NEVER_REACHES
+            reached = imports_reached_from(graph, m) & SIMULATOR_NEVER_REACHES
             assert not reached, f"{m} reaches {sorted(reached)}: the simulator must run without them"
 
 
