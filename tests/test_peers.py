@@ -10,7 +10,7 @@ import importlib.util
 import pytest
 
 import minfer.peers as peers
-from minfer.bench import DESCRIPTIONS, RUNNERS
+from minfer.bench import SYSTEMS
 from minfer.workload import WorkItem, uniform_mix
 
 NAMES = ["vLLM CPU backend, eager", "vLLM CPU backend, compiled", "llama.cpp (shipped Q4_1 GGUF)"]
@@ -18,8 +18,8 @@ NAMES = ["vLLM CPU backend, eager", "vLLM CPU backend, compiled", "llama.cpp (sh
 
 def test_peers_are_systems_only_when_their_package_imports(monkeypatch):
     here = set(peers.systems())
-    assert {name for name in NAMES if name in RUNNERS} == here, "the benchmark lists the peers installed here"
-    assert here <= set(DESCRIPTIONS)
+    assert {name for name in NAMES if name in SYSTEMS} == here, "the benchmark lists the peers installed here"
+    assert all(SYSTEMS[name].describe is not dict for name in here), "each peer says how it ran, for --json"
     monkeypatch.setattr(peers, "installed", lambda module: False)
     assert peers.systems() == {}
     monkeypatch.setattr(peers, "installed", lambda module: module == "llama_cpp")

@@ -1,8 +1,7 @@
-"""The simulator: roofline arithmetic, KV pool sizing, determinism, specs, and the calibration fit."""
+"""The simulator: roofline arithmetic, KV pool sizing, determinism, specs (against measurements: test_validate_*)."""
 
 from __future__ import annotations
 
-import random
 from dataclasses import asdict, replace
 
 import pytest
@@ -10,7 +9,6 @@ import pytest
 from conftest import run_checked
 from minfer import EngineConfig, LLMEngine, SamplingParams
 from minfer.sim import HARDWARE, MODELS, HardwareSpec, ModelSpec, RooflineCost, StepShape, get_hardware
-from minfer.sim.calibrate import Sample, fit, median_ape
 from minfer.workload import poisson, submit
 
 
@@ -237,62 +235,6 @@ def test_two_runs_give_identical_traces():
     assert first == second
     assert any(t["preempted"] for t in first), "the small pool should preempt (a harder case to reproduce)"
     assert traces_of(config, seed=6) != first
-
-
-# ---- calibration -----------------------------------------------------------------------------------
-def synthetic_samples(spec: HardwareSpec, n: int, seed: int) -> list[Sample]:
-    """Step shapes like the engine makes (decode batches, prefill chunks, mixtures), timed by ``spec``."""
-    rng = random.Random(seed)
-    cost = RooflineCost(MODELS["smollm2-135m"], spec, "float32")
-    out = []
-    for _ in range(n):
-        shape = StepShape()
-        for _ in range(rng.choice([0, 1, 4, 16, 48])):
-            shape.add(rng.randrange(10, 900), 1, True, True)
-        if rng.random() < 0.5 or not shape.num_tokens:
-            shape.add(rng.randrange(0, 300), rng.choice([16, 64, 256, 512]), False, rng.random() < 0.5)
-        out.append(Sample(shape, cost.step_time(shape)))
-    return out
-
-
-@pytest.mark.parametrize("overlap", [0.0, 1.0])
-def test_fit_recovers_known_parameters(overlap):
-    # A fixed per-step overhead is not fitted (it looks just like the weight read): it comes from the base.
-    # A per-token overhead is fitted, but it trades against FLOP/s (both scale with tokens): it is 0 here.
-    truth = replace(HARDWARE["cpu-2core"], peak_flops={"float32": 150e9}, memory_bandwidth=12e9,
-                    step_overhead=4e-3, token_overhead=0.0, sample_overhead=1e-3, overlap=overlap)
-    base = replace(HARDWARE["cpu-2core"], step_overhead=4e-3)
-    fitted = fit(synthetic_samples(truth, 120, seed=0), base=base)
-    assert fitted.overlap == overlap and fitted.step_overhead == 4e-3
-    assert fitted.flops("float32") == pytest.approx(150e9, rel=0.05)
-    assert fitted.memory_bandwidth == pytest.approx(12e9, rel=0.05)
-    assert fitted.token_overhead < 1e-5  # < 10 us, against ms-scale steps
-    assert fitted.sample_overhead == pytest.approx(1e-3, rel=0.1)
-    assert median_ape(fitted, synthetic_samples(truth, 60, seed=1)) < 1.0  # held-out steps, in percent
-
-
-def test_fit_tolerates_noise_and_disturbed_steps():
-    """+-10% jitter on every step, and one step in six slowed 3-10x (another program took the CPU)."""
-    truth = replace(HARDWARE["cpu-2core"], peak_flops={"float32": 200e9}, memory_bandwidth=9e9,
-                    step_overhead=0.0, token_overhead=10e-6, sample_overhead=2e-3, overlap=0.0)
-    rng = random.Random(7)
-    clean = synthetic_samples(truth, 150, seed=2)
-    noisy = [Sample(s.shape, s.seconds * rng.uniform(0.9, 1.1) * (rng.uniform(3, 10) if i % 6 == 0 else 1))
-             for i, s in enumerate(clean)]
-    assert median_ape(fit(noisy), synthetic_samples(truth, 60, seed=3)) < 5.0
-
-
-def test_fit_with_fewer_free_overheads():
-    """The per-token overhead and the FLOP/s trade against each other; with it held at the base's value (0) and
-    the overlap known, the fit finds the FLOP/s that made the steps."""
-    truth = replace(HARDWARE["cpu-2core"], peak_flops={"float32": 180e9}, memory_bandwidth=15e9, step_overhead=0.0,
-                    token_overhead=0.0, sample_overhead=2e-3, overlap=0.0)
-    rng = random.Random(4)
-    noisy = [Sample(s.shape, s.seconds * rng.uniform(0.95, 1.05)) for s in synthetic_samples(truth, 80, seed=5)]
-    fitted = fit(noisy, overlaps=(0.0,), overheads=("sample_overhead",))
-    assert fitted.token_overhead == 0.0 and fitted.overlap == 0.0
-    assert fitted.flops("float32") == pytest.approx(180e9, rel=0.15)
-    assert fitted.sample_overhead == pytest.approx(2e-3, rel=0.15)
 
 
 def test_with_shares_changes_named_shares_and_rejects_other_fields():

@@ -157,10 +157,6 @@ class BlockPool:
                                  f"but only {len(self.free_queue)} are free")
         return blocks
 
-    def append_slot(self, owner: str) -> list[int]:
-        """One more token (a decode step)."""
-        return self.append_slots(owner, 1)
-
     def free(self, owner: str) -> None:
         """Give back every block of ``owner``. The tail goes to the free list first, so that when cached
         blocks are evicted, a prompt's last blocks go before its first (which more requests share)."""

@@ -4,8 +4,11 @@
 
 ``hardware`` names a spec in ``HARDWARE`` and ``model`` one in ``MODELS`` (or pass your own
 ``HardwareSpec`` / ``ModelSpec``); prompts are token-id lists. The GPU specs carry what a well-tuned engine
-achieves of the datasheet peaks; ``spec.roofline()`` is the upper bound. ``python -m minfer.sim.validate``
-checks the simulator against published measurements (``minfer.sim.validate``).
+achieves of the datasheet peaks; ``spec.roofline()`` is the upper bound.
+
+The simulator is a leaf under the engine: nothing here imports ``minfer.engine`` or the model runner. What
+checks it against measurements drives a whole engine, so it lives above, in ``minfer.validate``
+(``python -m minfer.validate.published``: the simulator against published GPU runs).
 """
 
 from minfer.sim.cost import RooflineCost, StepShape, roofline_terms

@@ -16,7 +16,7 @@ A real engine reaches only part of the datasheet peaks, and less of them in a sm
 one: the ``HardwareSpec`` says how much (``matmul_efficiency`` and ``matmul_half_tokens``, ``bandwidth_efficiency``,
 ``attention_efficiency``). With every share at 1 -- ``spec.roofline()`` -- the model is the plain roofline, an upper
 bound on speed; with the shares a well-tuned engine reaches, it predicts published measurements within a stated
-error (``minfer.sim.validate``).
+error (``minfer.validate.published``).
 
 Plus overheads the roofline does not see: a fixed one per step (scheduling, launches), one per token (elementwise
 work: norms, rotary, activations) and one per sampled token (per-request work: sampling, detokenizing, a decode's
@@ -31,7 +31,7 @@ schedule in one vectorized pass, which is what makes fitting the efficiencies to
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -149,10 +149,6 @@ class RooflineCost:
         """Seconds of each of many steps, in one vectorized pass (``shapes``: a list, or ``StepShape.stack``)."""
         stacked = shapes if isinstance(shapes, StepShape) else StepShape.stack(shapes)
         return np.asarray(sum(self.parts(stacked).values()), dtype=float)
-
-    def with_hardware(self, **changes) -> RooflineCost:
-        """The same model and dtype on ``hardware`` with ``changes`` (``matmul_efficiency=0.7``, ...)."""
-        return replace(self, hardware=replace(self.hardware, **changes))
 
     def kv_bytes_per_token(self) -> int:
         return self.model.kv_bytes_per_token(self.dtype)

@@ -14,11 +14,11 @@ Two kinds of numbers live here, and the difference is a lesson of its own:
   are padded, waves are short); streaming kernels reach most but not all of the bandwidth; attention
   kernels (FlashAttention for prompts, paged attention for decodes) reach less than a plain matrix product;
   and every step pays a fixed host cost (scheduling, launches, sampling). The GPU specs carry these
-  fractions, fitted to TensorRT-LLM's published measurements -- ``minfer.sim.validate`` holds the table, the
+  fractions, fitted to TensorRT-LLM's published measurements -- ``minfer.validate.published`` holds the table, the
   fit, and the error on measurements the fit never saw.
 
 The CPU spec of the course machine is different again: its numbers were fitted to measured step times of
-this very engine (``minfer.sim.calibrate``), so it predicts what this machine actually does.
+this very engine (``minfer.validate.calibrate``), so it predicts what this machine actually does.
 
 Prefix a name with ``"Nx"`` (``"8xH100-SXM"``) for N devices under ideal tensor parallelism: N times the
 FLOP/s, bandwidth and memory, with communication ignored.
@@ -128,11 +128,11 @@ class TunedShares(TypedDict):
 
 # What a well-tuned engine achieves on a data-centre GPU, as shares of the datasheet peaks, and its fixed cost
 # per step: TensorRT-LLM, the engine that published the measurements (vLLM and SGLang reach less; see
-# chapter 10). Fitted by `python -m minfer.sim.validate --fit` to the points marked "fit" in
-# minfer/sim/validation.json: TensorRT-LLM's offline throughput for Llama-3.1-8B on one A100 (FP16, 0.17) and
+# chapter 10). Fitted by `python -m minfer.validate.published --fit` to the points marked "fit" in
+# minfer/validate/published.json: TensorRT-LLM's offline throughput for Llama-3.1-8B on one A100 (FP16, 0.17) and
 # one H100 (FP8, 0.17; FP16, 0.14), and the H100's inter-token latency at 2 requests/s (BF16, 0.14). Points the
 # fit never saw -- other GPUs, another model, online latency at other rates -- measure how well these numbers
-# transfer: median error 7% (`python -m minfer.sim.validate`, chapter 10). Not fitted: the attention share,
+# transfer: median error 7% (`python -m minfer.validate.published`, chapter 10). Not fitted: the attention share,
 # from published microbenchmarks (FlashAttention-2 reaches about 70% of an A100's peak on long sequences,
 # FlashAttention-3 about 75% of an H100's). For comparison, cuBLAS reaches 70-85% of peak on large GEMMs
 # and streaming kernels 85-90% of HBM bandwidth.
@@ -144,7 +144,7 @@ TUNED_GPU = TunedShares(
     elementwise_passes=12.58,
     step_overhead=2.27e-3,
 )
-TUNED_SOURCE = "fitted to TensorRT-LLM's published measurements (minfer/sim/validation.json, points marked 'fit')"
+TUNED_SOURCE = "fitted to TensorRT-LLM's published measurements (minfer/validate/published.json, points marked 'fit')"
 
 
 def _gpu(name: str, flops: dict[str, float], bandwidth_gb_s: float, memory: float, source: str,
@@ -157,7 +157,7 @@ def _gpu(name: str, flops: dict[str, float], bandwidth_gb_s: float, memory: floa
 
 
 # The course machine: 2 cores of an Intel Xeon (AVX-512, no AMX), torch with 2 threads, float32.
-# Fitted by `python -m minfer.sim.calibrate` to 154 measured steps of SmolLM2-135M run by LLMEngine (each
+# Fitted by `python -m minfer.validate.calibrate` to 154 measured steps of SmolLM2-135M run by LLMEngine (each
 # step's fastest of 7 runs), it predicts 61 held-out steps with a median error of 9%. These are effective
 # numbers of *this engine* on this CPU: compute and memory time add up (overlap 0), and each sampled token
 # costs ~2.8 ms of per-request work (LM-head row, sampling, detokenizing, a decode's attention setup).
@@ -175,7 +175,7 @@ CPU_2CORE = HardwareSpec(
     sample_overhead=2.78e-3,
     overlap=0.0,
     device="cpu",
-    source="fitted to measured step times on the course machine (minfer/sim/calibrate.py)",
+    source="fitted to measured step times on the course machine (minfer/validate/calibrate.py)",
 )
 
 # Datasheet figures: dense tensor-core FLOP/s (sparsity doubles them; not used), memory bandwidth, memory.

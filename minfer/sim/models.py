@@ -8,7 +8,7 @@ per token), KV bytes per token (how many requests fit), and attention FLOPs per 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from minfer.model.config import ModelConfig
 
@@ -60,6 +60,11 @@ def _spec(name: str, source: str, **shape) -> ModelSpec:
     return ModelSpec(name, ModelConfig(**shape), source)
 
 
+# meta-llama/Meta-Llama-3-8B config.json
+LLAMA_3_8B = _spec("llama-3-8b", "meta-llama/Meta-Llama-3-8B config.json", vocab_size=128256, hidden_size=4096,
+                   intermediate_size=14336, num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128,
+                   max_position_embeddings=8192, tie_word_embeddings=False)
+
 MODELS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in [
@@ -72,14 +77,10 @@ MODELS: dict[str, ModelSpec] = {
               intermediate_size=3072, num_layers=28, num_heads=16, num_kv_heads=8, head_dim=128,
               max_position_embeddings=40960, tie_word_embeddings=True, qk_norm=True,
               architecture="Qwen3ForCausalLM"),
-        # meta-llama/Meta-Llama-3-8B config.json
-        _spec("llama-3-8b", "meta-llama/Meta-Llama-3-8B config.json", vocab_size=128256, hidden_size=4096,
-              intermediate_size=14336, num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128,
-              max_position_embeddings=8192, tie_word_embeddings=False),
+        LLAMA_3_8B,
         # meta-llama/Llama-3.1-8B config.json: Llama-3-8B's shape with a 128k context (rope scaling "llama3")
-        _spec("llama-3.1-8b", "meta-llama/Llama-3.1-8B config.json", vocab_size=128256, hidden_size=4096,
-              intermediate_size=14336, num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128,
-              max_position_embeddings=131072, tie_word_embeddings=False),
+        ModelSpec("llama-3.1-8b", replace(LLAMA_3_8B.config, max_position_embeddings=131072),
+                  "meta-llama/Llama-3.1-8B config.json"),
         # mistralai/Mistral-7B-v0.1 config.json (its 4,096-token sliding window is not modelled: the
         # simulator's attention sees the whole context, exact up to 4,096 tokens)
         _spec("mistral-7b", "mistralai/Mistral-7B-v0.1 config.json", vocab_size=32000, hidden_size=4096,

@@ -25,8 +25,6 @@ from minfer.viz.queues import queue_figure
 from minfer.viz.recorder import Recording
 from minfer.viz.style import ALARM, PHASE_COLORS, PHASE_LABELS, ColorMap, rgba
 
-VIEW_NAMES = ("batch", "timeline", "grid", "queues", "latency")
-
 
 @dataclass(slots=True)
 class FrameOptions:

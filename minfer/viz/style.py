@@ -41,7 +41,6 @@ PHASE_COLORS = {
     "decode": "#343c46",  # one new token per step
     "preempted": "#d62728",  # lost its blocks; queued again, will recompute. The only red in the course.
 }
-PHASE_PATTERNS = {"waiting": "", "stalled": ".", "prefill": "/", "decode": "", "preempted": "x"}
 PHASE_LABELS = {"waiting": "waiting", "stalled": "holds blocks, no budget", "prefill": "prefill (hatched)",
                 "decode": "decode (solid)", "preempted": "preempted (crossed)"}
 ALARM = PHASE_COLORS["preempted"]

@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-from minfer.exercises.checks.common import same_schedule_as_reference, sim_engine, tiny_engine
+from minfer.exercises.checks.common import cpu_sim_engine, greedy, same_schedule_as_reference, sim_engine, tiny_engine
 from minfer.exercises.harness import Measurement, Tester
-from minfer.request import SamplingParams
 from minfer.workload import fixed_mix, submit
-
-
-def greedy(n: int) -> SamplingParams:
-    return SamplingParams(max_tokens=n, temperature=0, ignore_eos=True)
 
 
 def prompt(n: int, seed: int = 0) -> list[int]:
     return [3 + (seed * 31 + 7 * i) % 300 for i in range(n)]
-
-
-def cpu_sim(**config):
-    return sim_engine(model="smollm2-135m", hardware="cpu-2core", **config)
 
 
 def check_running_loop(t: Tester) -> None:
@@ -66,20 +57,20 @@ def check_running_loop(t: Tester) -> None:
                 hint="print engine.trace[i].describe() around the step named above, with your code and after "
                      "reveal, to see what differs"):
         def chunked():  # the simulator: the same scheduler, no forward passes to wait for
-            e = cpu_sim(num_blocks=64, max_num_seqs=3, chunked_prefill_size=12, max_prefill_chunks_per_step=2)
+            e = cpu_sim_engine(num_blocks=64, max_num_seqs=3, chunked_prefill_size=12, max_prefill_chunks_per_step=2)
             for i, (p, n) in enumerate([(20, 9), (5, 14), (33, 4), (12, 7), (2, 11)]):
                 e.add_request(f"r{i}", prompt(p, i), greedy(n))
             return e
 
         def small_pool():
-            e = cpu_sim(block_size=4, num_blocks=12, max_num_seqs=4, chunked_prefill_size=8)
+            e = cpu_sim_engine(block_size=4, num_blocks=12, max_num_seqs=4, chunked_prefill_size=8)
             for i, (p, n) in enumerate([(9, 12), (14, 9), (6, 16), (11, 10), (3, 12)]):
                 e.add_request(f"r{i}", prompt(p, i), greedy(n))
             return e
 
         def priorities():
-            e = cpu_sim(block_size=4, num_blocks=16, max_num_seqs=3, policy="priority", priority_preemption=True,
-                        chunked_prefill_size=6)
+            e = cpu_sim_engine(block_size=4, num_blocks=16, max_num_seqs=3, policy="priority", priority_preemption=True,
+                               chunked_prefill_size=6)
             for i, (p, n, prio) in enumerate([(10, 12, 2), (7, 9, 1), (12, 6, 0), (5, 14, 2), (8, 5, 0)]):
                 e.add_request(f"r{i}", prompt(p, i), greedy(n), priority=prio)
             return e

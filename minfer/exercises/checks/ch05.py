@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from minfer.exercises.checks.common import same_schedule_as_reference, sim_engine
+from minfer.exercises.checks.common import cpu_sim_engine, greedy, same_schedule_as_reference, sim_engine
 from minfer.exercises.harness import Measurement, Tester
 from minfer.request import SamplingParams
 from minfer.scheduler.scheduler import StepBudget
@@ -27,14 +27,6 @@ def measure_chunked_steps() -> Measurement:
                 "sequence, 256 + 64 = 320, so the four decodes never squeeze the chunk; and the prompt budget, "
                 "chunked_prefill_size, is what caps it. A smaller token budget (say 256 in all) would leave 252 for "
                 "the chunk and take 7 steps.")
-
-
-def greedy(n: int) -> SamplingParams:
-    return SamplingParams(max_tokens=n, ignore_eos=True)
-
-
-def cpu_sim(**config):
-    return sim_engine(model="smollm2-135m", hardware="cpu-2core", **config)
 
 
 def prefill_per_step(engine, rid: str) -> list[int]:
@@ -62,7 +54,7 @@ def check_chunk_budget(t: Tester) -> None:
 
     with t.case("a 1,536-token prompt beside four decodes, chunks of 256: six chunks of 256",
                 hint="the four decodes take 4 of the 320-token budget; the prompt budget caps the chunk at 256"):
-        engine = cpu_sim(num_blocks=256, chunked_prefill_size=256)
+        engine = cpu_sim_engine(num_blocks=256, chunked_prefill_size=256)
         for i in range(4):
             engine.add_request(f"s{i}", [10 + i] * 40, greedy(40))
         t.run(engine, before_step=lambda s: s == 4 and engine.add_request("long", [7] * 1536, greedy(2)))
@@ -70,7 +62,7 @@ def check_chunk_budget(t: Tester) -> None:
 
     with t.case("a tight token budget caps the chunk too: max_num_batched_tokens=100 with four decodes -> 96",
                 hint="a chunk gets what the decodes left of the token budget"):
-        engine = cpu_sim(num_blocks=256, chunked_prefill_size=256, max_num_batched_tokens=100)
+        engine = cpu_sim_engine(num_blocks=256, chunked_prefill_size=256, max_num_batched_tokens=100)
         for i in range(4):
             engine.add_request(f"s{i}", [10 + i] * 40, greedy(60))
         t.run(engine, before_step=lambda s: s == 4 and engine.add_request("long", [7] * 400, greedy(2)))
@@ -80,7 +72,7 @@ def check_chunk_budget(t: Tester) -> None:
 
     with t.case("two chunks per step share the prompt budget: prompts of 30 and 30 with 40 per step -> 30 + 10",
                 hint="spend() lowers the prompt budget for the next request in the same step"):
-        engine = cpu_sim(num_blocks=64, chunked_prefill_size=40, max_prefill_chunks_per_step=2)
+        engine = cpu_sim_engine(num_blocks=64, chunked_prefill_size=40, max_prefill_chunks_per_step=2)
         engine.add_request("a", [1] * 30, greedy(2))
         engine.add_request("b", [2] * 30, greedy(2))
         t.run(engine)
@@ -90,7 +82,7 @@ def check_chunk_budget(t: Tester) -> None:
 
     with t.case("one chunk per step (the default): a second prompt waits even with budget left",
                 hint="prefill_chunk() is 0 once the step has started max_prefill_chunks_per_step chunks"):
-        engine = cpu_sim(num_blocks=64, chunked_prefill_size=512)
+        engine = cpu_sim_engine(num_blocks=64, chunked_prefill_size=512)
         engine.add_request("a", [1] * 20, greedy(3))
         engine.add_request("b", [2] * 20, greedy(3))
         t.run(engine)
@@ -100,7 +92,7 @@ def check_chunk_budget(t: Tester) -> None:
                 hint="print engine.trace[i].describe() around the step named above to see what differs"):
         def mixed(**config):
             def build():
-                e = cpu_sim(num_blocks=96, max_num_seqs=6, **config)
+                e = cpu_sim_engine(num_blocks=96, max_num_seqs=6, **config)
                 for i, (p, n) in enumerate([(300, 8), (40, 30), (5, 40), (130, 12), (70, 20), (9, 25), (260, 5)]):
                     e.add_request(f"r{i}", [i + 1] * p, greedy(n))
                 return e

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from minfer.exercises.checks.common import same_schedule_as_reference, sim_engine, tiny_engine
+from minfer.exercises.checks.common import cpu_sim_engine, greedy, same_schedule_as_reference, sim_engine, tiny_engine
 from minfer.exercises.harness import Measurement, Tester
 from minfer.request import SamplingParams
 
@@ -43,14 +43,6 @@ def measure_preemptions() -> Measurement:
                 "forgets that every admitted answer keeps growing until it finishes.")
 
 
-def greedy(n: int) -> SamplingParams:
-    return SamplingParams(max_tokens=n, temperature=0, ignore_eos=True)
-
-
-def cpu_sim(**config):
-    return sim_engine(model="smollm2-135m", hardware="cpu-2core", **config)
-
-
 def victims_by_rank(engine, priority: dict[str, int] | None = None) -> None:
     """Every preemption took the lowest-ranked running request: the lowest priority (the largest value),
     among those the most recently admitted. Checked against the order the trace shows."""
@@ -79,7 +71,7 @@ def check_victim(t: Tester) -> None:
     with t.case("first come, first served: each victim is the most recently admitted running request",
                 hint="the running list is kept in rank order (policy.rank): the victim is its *last* request, not "
                      "its first (the oldest has the most work to lose)"):
-        engine = cpu_sim(block_size=4, num_blocks=12, max_num_seqs=4)
+        engine = cpu_sim_engine(block_size=4, num_blocks=12, max_num_seqs=4)
         for i, (p, n) in enumerate([(9, 12), (6, 14), (7, 10), (5, 16)]):
             engine.add_request(f"r{i}", [5 + i] * p, greedy(n))
         t.run(engine)
@@ -89,7 +81,7 @@ def check_victim(t: Tester) -> None:
     with t.case("priorities: the lowest priority goes first, whoever needs the block",
                 hint="the rank of a running request comes from the policy; take the last in rank order"):
         prio = {"a": 0, "b": 2, "c": 1, "d": 2}
-        engine = cpu_sim(block_size=4, num_blocks=12, max_num_seqs=4, policy="priority")
+        engine = cpu_sim_engine(block_size=4, num_blocks=12, max_num_seqs=4, policy="priority")
         for i, rid in enumerate(prio):
             engine.add_request(rid, [7 + i] * 6, greedy(14 - i), priority=prio[rid])
         t.run(engine)
@@ -99,7 +91,7 @@ def check_victim(t: Tester) -> None:
     with t.case("the request that needs a block may be the victim itself: then it alone is preempted",
                 hint="when the lowest-ranked request is the one asking, preempt it and stop: nobody else loses "
                      "blocks for it"):
-        engine = cpu_sim(block_size=4, num_blocks=8, max_num_seqs=2)
+        engine = cpu_sim_engine(block_size=4, num_blocks=8, max_num_seqs=2)
         engine.add_request("old", [1] * 12, greedy(8))  # 3 blocks, grows to 5
         engine.add_request("new", [2] * 12, greedy(8))  # admitted second: the lowest rank
         t.run(engine)
@@ -108,7 +100,7 @@ def check_victim(t: Tester) -> None:
 
     with t.case("preempt until it fits: an urgent prompt chunk that needs four blocks takes two victims",
                 hint="after each preemption try again; stop as soon as the request fits (or is itself preempted)"):
-        engine = cpu_sim(block_size=2, num_blocks=12, max_num_seqs=5, chunked_prefill_size=8, policy="priority")
+        engine = cpu_sim_engine(block_size=2, num_blocks=12, max_num_seqs=5, chunked_prefill_size=8, policy="priority")
         prio = {f"s{i}": 1 for i in range(3)} | {"big": 0}
         for i in range(3):
             engine.add_request(f"s{i}", [3 + i] * 2, greedy(10), priority=1)
@@ -132,13 +124,13 @@ def check_victim(t: Tester) -> None:
     with t.case("the same decisions as the reference, step by step, on two workloads under memory pressure",
                 hint="print engine.trace[i].describe() and engine.trace[i].reasons around the step named above"):
         def burst():
-            e = cpu_sim(block_size=4, num_blocks=14, max_num_seqs=6, chunked_prefill_size=10)
+            e = cpu_sim_engine(block_size=4, num_blocks=14, max_num_seqs=6, chunked_prefill_size=10)
             for i, (p, n) in enumerate([(9, 20), (14, 9), (6, 26), (11, 14), (3, 22), (17, 6)]):
                 e.add_request(f"r{i}", [i + 1] * p, greedy(n))
             return e
 
         def priorities():
-            e = cpu_sim(block_size=4, num_blocks=14, max_num_seqs=5, policy="priority", chunked_prefill_size=8)
+            e = cpu_sim_engine(block_size=4, num_blocks=14, max_num_seqs=5, policy="priority", chunked_prefill_size=8)
             for i, (p, n, prio) in enumerate([(10, 16, 2), (7, 12, 1), (12, 10, 0), (5, 18, 2), (8, 9, 1)]):
                 e.add_request(f"r{i}", [i + 1] * p, greedy(n), priority=prio)
             return e

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from minfer.exercises.checks.common import sim_engine, tiny_engine
+from minfer.exercises.checks.common import refused, sim_engine, tiny_engine
 from minfer.exercises.harness import Measurement, Tester
-from minfer.kv.block_pool import BlockPool, BlockPoolError, chain_hashes
+from minfer.kv.block_pool import BlockPool, chain_hashes
 from minfer.request import SamplingParams
 
 
@@ -17,18 +17,6 @@ def cached_pool(bs: int = 4) -> tuple[BlockPool, list[int], list[int]]:
     pool.append_slots("a", len(tokens))
     pool.cache_blocks("a", hashes, len(tokens))
     return pool, tokens, hashes
-
-
-def refuses(pool: BlockPool, owner: str, blocks: list[int], why: str) -> None:
-    before = pool.snapshot()
-    try:
-        pool.share(owner, blocks)
-    except BlockPoolError:
-        pass
-    else:
-        raise AssertionError(f"share({owner!r}, {blocks}) should raise BlockPoolError: {why}")
-    after = pool.snapshot()
-    assert after == before, f"a refused share({owner!r}, {blocks}) changed the pool (check everything first)"
 
 
 def check_prefix_sharing(t: Tester) -> None:
@@ -84,9 +72,9 @@ def check_prefix_sharing(t: Tester) -> None:
                 "nothing", hint="check every block before changing any reference count"):
         pool, _, hashes = cached_pool()
         hits = pool.lookup(hashes)
-        refuses(pool, "a", hits, "a already holds a table")
+        refused(pool, pool.share, "a", hits, why="a already holds a table")
         partial = pool.table("a")[2]  # a's third block holds 2 of 4 tokens: never cached
-        refuses(pool, "b", [*hits, partial], "its last block is partly filled and not cached")
+        refused(pool, pool.share, "b", [*hits, partial], why="its last block is partly filled and not cached")
         pool.check_invariants(owners=["a"])
 
     with t.case("the engine with prefix caching: identical tokens, exactly the full shared blocks reused, and "

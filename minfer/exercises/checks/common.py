@@ -6,7 +6,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from minfer import EngineConfig, LLMEngine
+from minfer import EngineConfig, LLMEngine, SamplingParams
+from minfer.kv.block_pool import BlockPool, BlockPoolError, PoolSnapshot
 
 
 @functools.lru_cache(maxsize=1)
@@ -29,6 +30,43 @@ def sim_engine(**config: Any) -> LLMEngine:
     """The scheduler on a simulated GPU: no model at all, exactly reproducible."""
     config = {"model": "llama-3-8b", "hardware": "H100-SXM", **config}
     return LLMEngine(EngineConfig(executor="sim", **config))
+
+
+def cpu_sim_engine(**config: Any) -> LLMEngine:
+    """The scheduler on the course machine, simulated: SmolLM2-135M's shape on the fitted ``cpu-2core`` spec."""
+    return sim_engine(model="smollm2-135m", hardware="cpu-2core", **config)
+
+
+def greedy(max_tokens: int) -> SamplingParams:
+    """Exactly ``max_tokens`` tokens, greedy: the same tokens, and so the same schedule, every run."""
+    return SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
+
+
+def unchanged(pool: BlockPool, before: PoolSnapshot, what: str) -> None:
+    after = pool.snapshot()
+    assert after == before, f"{what} must change nothing, but the pool changed: {diff(before, after)}"
+
+
+def diff(a: PoolSnapshot, b: PoolSnapshot) -> str:
+    out = []
+    for name in ("tables", "num_tokens", "ref_counts", "free"):
+        if getattr(a, name) != getattr(b, name):
+            out.append(f"{name} {getattr(a, name)} -> {getattr(b, name)}")
+    return "; ".join(out) or "(snapshots differ)"
+
+
+def refused(pool: BlockPool, method: Callable[..., object], *args: Any, why: str = "") -> None:
+    """``method(*args)``, a method of ``pool``, must raise ``BlockPoolError`` and change nothing: a refusal checks
+    everything before it takes anything."""
+    call = f"{method.__name__}({', '.join(map(repr, args))})"
+    before = pool.snapshot()
+    try:
+        method(*args)
+    except BlockPoolError:
+        pass
+    else:
+        raise AssertionError(f"{call} should raise BlockPoolError" + (f": {why}" if why else ""))
+    unchanged(pool, before, f"a refused {call}")
 
 
 def schedule(engine: LLMEngine) -> list[str]:

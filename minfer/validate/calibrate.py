@@ -12,7 +12,7 @@ The fit is small and needs nothing but numpy: for every (FLOP/s, bandwidth) pair
 least-squares solve finds them; the best pair is refined on finer grids. Errors are relative (a 10 ms step
 matters as much as a 100 ms one), so each step is weighted by 1/time.
 
-    python -m minfer.sim.calibrate        # measure, fit, report; prints the spec to paste into hardware.py
+    python -m minfer.validate.calibrate   # measure, fit, report; prints the spec to paste into sim/hardware.py
 """
 
 from __future__ import annotations
@@ -26,10 +26,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from minfer.engine import LLMEngine
+from minfer.model.loader import load_model
 from minfer.sim.cost import RooflineCost, StepShape, roofline_terms
 from minfer.sim.hardware import CPU_2CORE, HardwareSpec
 from minfer.sim.models import MODELS, ModelSpec
 from minfer.trace import StepTrace
+from minfer.workload import WorkItem, fixed_mix, submit
 
 
 @dataclass(slots=True)
@@ -52,10 +55,8 @@ def shape_of(step: StepTrace, num_sampled: int) -> StepShape:
 
 
 # ---- measuring -----------------------------------------------------------------------------------
-def run_steps(engine, items, seed: int = 0) -> list[Sample]:
+def run_steps(engine: LLMEngine, items: Sequence[WorkItem], seed: int = 0) -> list[Sample]:
     """Run ``items`` (a workload) on a real-model ``engine``; one sample per step that computed tokens."""
-    from minfer.workload import submit
-
     submit(engine, items, seed=seed)
     samples = []
     while engine.has_unfinished_requests():
@@ -102,10 +103,6 @@ def heldout_runs() -> list[tuple[dict, dict]]:
 
 def collect(runs: Sequence[tuple[dict, dict]], model=None, tokenizer=None, repeats: int = 3) -> list[Sample]:
     """Measure every run on the real SmolLM2-135M (float32, CPU)."""
-    from minfer.engine import LLMEngine
-    from minfer.model.loader import load_model
-    from minfer.workload import fixed_mix
-
     if model is None:
         model, tokenizer = load_model("smollm2-135m")
     samples = []

@@ -12,7 +12,7 @@ import pytest
 
 from minfer.bench import run_engine
 from minfer.sim import HARDWARE, MODELS
-from minfer.sim.validate import (
+from minfer.validate.published import (
     FIT_PARAMETERS,
     METRICS,
     Frontend,

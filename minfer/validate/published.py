@@ -5,15 +5,15 @@ serves X tokens per second" needs more: the shares of those peaks that a well-tu
 (``HardwareSpec.matmul_efficiency`` and friends), and a check of the result against measurements someone
 else published. This module is that check.
 
-``validation.json`` (beside this file) holds the measurements, each with its exact source (engine, version,
+``published.json`` (beside this file) holds the measurements, each with its exact source (engine, version,
 repository file and commit, table), GPU, model, dtype, input/output lengths, request count or rate, metric
 and value. The points marked ``"fit"`` chose the efficiency numbers; the ``"heldout"`` points -- other
 GPUs, another model, online latency -- never did, so their error is the honest one.
 
-    python -m minfer.sim.validate              # predicted vs published, the error of each point, medians
-    python -m minfer.sim.validate --roofline   # the same on datasheet peaks: how optimistic a roofline is
-    python -m minfer.sim.validate --fit        # re-fit the efficiencies on the "fit" points, then validate
-    python -m minfer.sim.validate --table my.json   # your own points, in the same format
+    python -m minfer.validate.published              # predicted vs published, the error of each point, medians
+    python -m minfer.validate.published --roofline   # the same on datasheet peaks: how optimistic a roofline is
+    python -m minfer.validate.published --fit        # re-fit the efficiencies on the "fit" points, then validate
+    python -m minfer.validate.published --table my.json   # your own points, in the same format
 
 How a published run is re-created on the simulator:
 
@@ -49,12 +49,15 @@ from typing import Literal, get_args
 
 import numpy as np
 
+from minfer.config import EngineConfig
+from minfer.engine import LLMEngine
 from minfer.sim.cost import RooflineCost, StepShape
 from minfer.sim.executor import SimExecutor
 from minfer.sim.hardware import TUNED_GPU, HardwareSpec, get_hardware
 from minfer.sim.models import ModelSpec, get_model_spec
+from minfer.workload import WorkItem, poisson, submit
 
-TABLE = "validation.json"
+TABLE = "published.json"
 METRICS = {"output_throughput": "tok/s", "ttft_mean": "ms", "itl_mean": "ms"}
 ROLES = ("fit", "heldout", "unscored")
 BLOCK_SIZE = 16
@@ -113,9 +116,9 @@ class Table:
 
 
 def load_table(path: str | Path | None = None) -> Table:
-    """The built-in table (``minfer/sim/validation.json``), or one of your own in the same format."""
+    """The built-in table (``minfer/validate/published.json``), or one of your own in the same format."""
     text = (Path(path).read_text() if path is not None
-            else resources.files("minfer.sim").joinpath(TABLE).read_text())
+            else resources.files("minfer.validate").joinpath(TABLE).read_text())
     raw = json.loads(text)
     sources = {k: Source(key=k, **v) for k, v in raw["sources"].items()}
     points = [Point(**p) for p in raw["points"]]
@@ -179,10 +182,8 @@ def point_hardware(point: Point, base: HardwareSpec | None = None) -> HardwareSp
 
 
 def engine_config(point: Point, source: Source, hw: HardwareSpec, replicas: int = 1,
-                  record_trace: bool = False):
+                  record_trace: bool = False) -> EngineConfig:
     """The ``EngineConfig`` of the point's run on the simulator (``replicas``: requests per simulated one)."""
-    from minfer.config import EngineConfig
-
     model = get_model_spec(point.model)
     settings = SETTINGS[source.settings](model, hw, hw.dtype, point.input_len, point.output_len)
     kv_bytes = settings.kv_fraction * (hw.memory_bytes - model.weight_bytes(hw.dtype))
@@ -206,7 +207,7 @@ class _Recorder(RooflineCost):
         return RooflineCost.step_time(self, shape)  # (zero-argument super() fails in a slots dataclass)
 
 
-def _record_with(engine, recorder: _Recorder) -> None:
+def _record_with(engine: LLMEngine, recorder: _Recorder) -> None:
     """Price ``engine``'s steps with ``recorder``: the engine must run the simulator's executor."""
     if not isinstance(engine.executor, SimExecutor):
         raise TypeError(f"recording a schedule needs executor='sim', got {type(engine.executor).__name__}")
@@ -241,10 +242,8 @@ class OfflineSchedule:
 
 def record_offline(point: Point, source: Source, hw: HardwareSpec) -> OfflineSchedule:
     """Run the point's offline workload once on the simulator, recording its schedule."""
-    from minfer.engine import LLMEngine
-    from minfer.workload import WorkItem, submit
-
     config = engine_config(point, source, hw)
+    assert config.num_blocks is not None and config.max_num_batched_tokens is not None  # engine_config sets both
     per_request = math.ceil((point.input_len + point.output_len) / BLOCK_SIZE)
     concurrency = min(config.max_num_seqs, config.num_blocks // per_request)
     if concurrency < 1:
@@ -267,10 +266,8 @@ def record_offline(point: Point, source: Source, hw: HardwareSpec) -> OfflineSch
     return OfflineSchedule(point, replicas, n, StepShape.stack(recorder.shapes), steady)
 
 
-def online_workload(point: Point) -> list:
+def online_workload(point: Point) -> list[WorkItem]:
     """The point's requests: fixed lengths, Poisson arrivals at its rate (seed 0), or all at once (INF)."""
-    from minfer.workload import WorkItem, poisson
-
     n, i, o = point.num_requests, point.input_len, point.output_len
     if point.rate is None:
         return [WorkItem(0.0, i, o) for _ in range(n)]
@@ -324,9 +321,6 @@ class OnlineRun:
 
 def simulate_online(point: Point, source: Source, hw: HardwareSpec) -> OnlineRun:
     """The point's whole online run on the simulator (Poisson arrivals; INF: all at once)."""
-    from minfer.engine import LLMEngine
-    from minfer.workload import submit
-
     engine = LLMEngine(engine_config(point, source, hw))
     submit(engine, online_workload(point))
     engine.run()
@@ -468,9 +462,6 @@ class OnlineSchedule:
 
 
 def record_online(point: Point, source: Source, hw: HardwareSpec) -> OnlineSchedule:
-    from minfer.engine import LLMEngine
-    from minfer.workload import submit
-
     engine = LLMEngine(engine_config(point, source, hw))
     recorder = _Recorder(get_model_spec(point.model), hw, hw.dtype)
     _record_with(engine, recorder)
@@ -566,8 +557,8 @@ def _pattern_search(loss: Callable[[dict[str, float]], float], params: dict[str,
 
 # ---- the command line ----------------------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> list[Row]:
-    ap = argparse.ArgumentParser(prog="python -m minfer.sim.validate", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--table", help="a validation table in the format of minfer/sim/validation.json")
+    ap = argparse.ArgumentParser(prog="python -m minfer.validate.published", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--table", help="a validation table in the format of minfer/validate/published.json")
     ap.add_argument("--roofline", action="store_true", help="datasheet peaks only, no efficiency or overhead")
     ap.add_argument("--fit", action="store_true", help="re-fit the efficiencies on the 'fit' points first")
     ap.add_argument("--role", choices=("fit", "heldout"), help="only these points")
