@@ -154,3 +154,22 @@ def test_two_checkouts_of_one_kernel_share_a_build_and_an_edited_kernel_gets_its
     assert edited_header != here and edited_header.parent == here.parent
     copy.write_text(copy.read_text() + "\n// edited\n")
     assert build_folder(copy) not in (here, edited_header)
+
+
+def test_a_lock_left_by_a_killed_build_is_removed_and_a_fresh_one_kept(tmp_path, capsys):
+    """PyTorch's loader waits forever on a build folder's ``lock``: an orphaned one (older than any build) goes,
+    with a notice; one a build is holding now stays."""
+    import os
+    import time
+
+    from minfer.ops.cpp_build import STALE_LOCK_SECONDS, clear_stale_lock
+
+    lock = tmp_path / "lock"
+    lock.touch()
+    clear_stale_lock(tmp_path, "the test kernel")
+    assert lock.exists() and capsys.readouterr().err == ""
+    old = time.time() - STALE_LOCK_SECONDS - 5
+    os.utime(lock, (old, old))
+    clear_stale_lock(tmp_path, "the test kernel")
+    assert not lock.exists() and "interrupted build of the test kernel" in capsys.readouterr().err
+    clear_stale_lock(tmp_path, "the test kernel")  # no lock: nothing to do

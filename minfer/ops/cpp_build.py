@@ -14,6 +14,7 @@ import hashlib
 import os
 import platform
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -91,6 +92,24 @@ def build_problem(kernels: Callable[[], object]) -> str | None:
     return None
 
 
+STALE_LOCK_SECONDS = 600  # a build takes about 30 s, a few minutes on a loaded machine: a lock this old is orphaned
+
+
+def clear_stale_lock(build: Path, what: str) -> None:
+    """PyTorch's loader holds a ``lock`` file in the build folder while it compiles, and every other process waits
+    for it to go -- forever, without a word. A build that was killed (Ctrl+C, a timeout) leaves it behind, and every
+    later process then hangs. A lock older than any build is removed, with a notice."""
+    lock = build / "lock"
+    try:
+        age = time.time() - lock.stat().st_mtime
+    except FileNotFoundError:
+        return
+    if age > STALE_LOCK_SECONDS:
+        print(f"minfer: removing a lock left {age / 60:.0f} minutes ago by an interrupted build of {what} ({lock})",
+              file=sys.stderr)
+        lock.unlink(missing_ok=True)
+
+
 def _load(name: str, source: Path, what: str) -> ModuleType:
     from torch.utils.cpp_extension import load
 
@@ -98,6 +117,7 @@ def _load(name: str, source: Path, what: str) -> ModuleType:
         raise RuntimeError(f"{what} is C++ compiled on first use, but no C++ compiler was found "
                            "(install g++ or clang, or set CXX)")
     build = build_folder(source)
+    clear_stale_lock(build, what)
     if not any(build.glob(f"{name}*.so")) and not any(build.glob(f"{name}*.pyd")):
         print(f"minfer: compiling {what} into {build} (once, about 30 s)", file=sys.stderr)
     flags = compiler_flags()
