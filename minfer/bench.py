@@ -33,7 +33,6 @@ Adding a system from your own code::
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import math
 import statistics
@@ -46,7 +45,7 @@ import torch
 
 from minfer import peers
 from minfer.baselines import hf_continuous_system, hf_static_system, minfer_static_system
-from minfer.config import EngineConfig
+from minfer.config import EngineConfig, option_value
 from minfer.cpu_malloc import keep_freed_memory
 from minfer.engine import OFFLINE_DEFAULTS
 from minfer.metrics import SLO, Summary, summarize
@@ -316,13 +315,6 @@ def scale_benchmark(n: int = 10_000, rate: float = 60.0, max_num_seqs: int = 256
 
 
 # ---- the command line -----------------------------------------------------------------------------
-def _value(text: str) -> Any:
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text  # a bare word: a string
-
-
 def parse_config(spec: str) -> tuple[str, dict[str, Any]]:
     """``"label:key=value,key=value"`` (or without the label) → (label, overrides)."""
     head, colon, rest = spec.partition(":")
@@ -332,7 +324,7 @@ def parse_config(spec: str) -> tuple[str, dict[str, Any]]:
         key, eq, value = part.partition("=")
         if not eq or key.strip() not in EngineConfig.field_names():
             raise ValueError(f"--config {spec!r}: expected key=value, key a field of EngineConfig: {part!r}")
-        overrides[key.strip()] = _value(value.strip())
+        overrides[key.strip()] = option_value(value.strip())
     return label or body or "default", overrides
 
 

@@ -7,6 +7,7 @@ read the same list.
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass, field, fields
 from typing import Protocol
@@ -176,3 +177,12 @@ class EngineConfig:
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls))
+
+
+def option_value(text: str) -> object:
+    """A setting written on a command line (``--max-num-seqs 8``, ``--config small:policy=fair``) as the value it
+    means: a Python literal (``8``, ``0.5``, ``True``, ``None``, ``{"a": 2}``), else the bare word as a string."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text

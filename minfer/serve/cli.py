@@ -12,25 +12,16 @@ Every ``EngineConfig`` field is a flag (``max_num_seqs`` → ``--max-num-seqs``;
 from __future__ import annotations
 
 import argparse
-import ast
 import logging
 import sys
 from collections.abc import Sequence
 from dataclasses import fields
-from typing import Any
 
-from minfer.config import SPEED_UPS, EngineConfig
+from minfer.config import SPEED_UPS, EngineConfig, option_value
 from minfer.serve.app import MAX_BODY_BYTES
 
 # every speed-up this machine runs (as LLM()), and bounded memory for a long-running server
 SERVER_DEFAULTS: dict[str, object] = {**SPEED_UPS, "finished_window": 1000, "trace_window": 1000}
-
-
-def _literal(text: str) -> Any:
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text  # a bare word: a string
 
 
 def parser() -> argparse.ArgumentParser:
@@ -58,7 +49,7 @@ def parser() -> argparse.ArgumentParser:
             engine.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
                                 help=f"(default {default})")
         else:
-            engine.add_argument(flag, type=_literal, default=argparse.SUPPRESS, metavar="VALUE",
+            engine.add_argument(flag, type=option_value, default=argparse.SUPPRESS, metavar="VALUE",
                                 help=f"(default {default!r})")
     return p
 
