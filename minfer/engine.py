@@ -34,6 +34,7 @@ from minfer.detokenizer import Detokenizer
 from minfer.executor import ExecutorSetup, ModelOutput
 from minfer.kv.block_pool import BlockPool
 from minfer.kv.host_pool import HostBlockPool
+from minfer.plan import SchedulerOutput
 from minfer.request import (
     CompletionOutput,
     Request,
@@ -41,7 +42,7 @@ from minfer.request import (
     SamplingParams,
 )
 from minfer.runner import build_model_executor, resolve_dtype
-from minfer.scheduler.scheduler import Scheduler, SchedulerOutput, StopCheck
+from minfer.scheduler.scheduler import Scheduler, StopCheck
 from minfer.sim.executor import build_sim_executor
 from minfer.trace import StepTrace
 

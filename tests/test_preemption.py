@@ -240,7 +240,7 @@ def test_invariants_catch_a_host_pool_out_of_step(tiny):
 def test_the_runner_copies_swap_outs_before_swap_ins(tiny):
     """A device block a swap-out frees may be refilled by a swap-in in the same step: the old K/V must reach
     host memory first."""
-    from minfer.scheduler.scheduler import SchedulerOutput
+    from minfer.plan import SchedulerOutput
 
     e = tiny_engine(tiny, num_blocks=8, block_size=4, preemption_mode="swap", num_swap_blocks=4)
     cache = e.kv_cache

@@ -36,96 +36,18 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import replace
 
 from minfer.config import EngineConfig
 from minfer.kv.block_pool import BlockPool, chain_hashes
 from minfer.kv.host_pool import HostBlockPool
+from minfer.plan import ScheduledChunk, SchedulerOutput, StepBudget
 from minfer.request import Request, RequestStatus
 from minfer.scheduler.policies import make_policy
 from minfer.scheduler.shedding import DrainRate, expired_requests
 from minfer.types import FinishReason
 
 StopCheck = tuple[Request, FinishReason | None, str | int | None]  # a request that got a token; why to stop
-
-
-@dataclass(slots=True)
-class ScheduledChunk:
-    """Tokens ``start .. start + num_tokens`` of one request, computed in this step."""
-
-    request: Request
-    start: int
-    num_tokens: int
-    is_decode: bool  # one token, the one sampled last step (else: a prompt chunk, or a recompute)
-    block_table: list[int]  # the request's KV blocks in token order (the pool's list: read it in this step only)
-
-    @property
-    def samples(self) -> bool:
-        """Does this chunk reach the request's last token? Then the step samples its next token."""
-        return self.start + self.num_tokens == self.request.num_tokens
-
-
-@dataclass(slots=True)
-class SchedulerOutput:
-    """The plan of one step: everything an executor needs, and what changed in the queues."""
-
-    chunks: list[ScheduledChunk] = field(default_factory=list)
-    admitted: list[Request] = field(default_factory=list)  # left the queue this step
-    preempted: list[Request] = field(default_factory=list)  # lost their blocks this step
-    finished: list[Request] = field(default_factory=list)  # ended by the scheduler: rejected, timeout
-    num_cached_tokens: int = 0  # prompt tokens that admission found in the prefix cache
-    # KV block copies between device and host memory (preemption_mode="swap"), per request id. The executor makes
-    # them before the forward pass, swap-outs first: a device block a swap-out frees may be refilled this step.
-    swap_out: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # (device block, host block) pairs
-    swap_in: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # (host block, device block) pairs
-
-    @property
-    def num_prefill_tokens(self) -> int:
-        return sum(c.num_tokens for c in self.chunks if not c.is_decode)
-
-    @property
-    def num_decode_tokens(self) -> int:
-        return sum(1 for c in self.chunks if c.is_decode)
-
-    @property
-    def has_work(self) -> bool:
-        """Anything for an executor to do: tokens to compute, or KV blocks to copy."""
-        return bool(self.chunks or self.swap_out or self.swap_in)
-
-
-@dataclass(slots=True)
-class StepBudget:
-    """What one step may still compute: tokens of any kind, prompt tokens, and prefill chunks."""
-
-    tokens: int  # every token: prompt chunks and decodes (max_num_batched_tokens)
-    prompt: int  # prompt (or recompute) tokens (chunked_prefill_size)
-    chunks: int  # prompts the step may work on (max_prefill_chunks_per_step)
-
-    def prefill_chunk(self, remaining: int) -> int:
-        """How many of a prompt's ``remaining`` tokens this step may compute: as many as both token budgets
-        allow, if a chunk is left -- else 0. What is left waits for the next step (chunked prefill)."""
-        # BEGIN EXERCISE E5.1
-        if self.chunks <= 0:
-            return 0
-        return min(remaining, self.prompt, self.tokens)
-        # END EXERCISE
-
-    def spend(self, num_tokens: int, decode: bool) -> None:
-        """Account for ``num_tokens`` just scheduled: a decode takes them from the token budget only; a prompt
-        chunk from the token and the prompt budgets, and it uses up one chunk."""
-        # BEGIN EXERCISE E5.1
-        self.tokens -= num_tokens
-        if not decode:
-            self.prompt -= num_tokens
-            self.chunks -= 1
-        # END EXERCISE
-
-
-def step_budgets(config: EngineConfig, max_model_len: int) -> tuple[int, int]:
-    """(prompt tokens one step may ingest, tokens one step may compute). Unchunked, a whole prompt is one
-    step's prompt budget; the token budget defaults to a full prompt budget plus one decode per sequence."""
-    prompt = config.chunked_prefill_size if config.enable_chunked_prefill else max_model_len
-    return prompt, config.max_num_batched_tokens or prompt + config.max_num_seqs
 
 
 class Scheduler:
@@ -141,7 +63,7 @@ class Scheduler:
         self.pending: list[tuple[float, int, Request]] = []  # heap of future arrivals
         self.requests: dict[str, Request] = {}  # every unfinished request
         self._seq = itertools.count()
-        self.prompt_budget, self.max_num_batched_tokens = step_budgets(config, max_model_len)
+        self.full_budget = StepBudget.from_config(config, max_model_len)  # each step starts with a copy
         self._arrivals: list[Request] = []  # queued since the last schedule(): max_waiting may refuse them
         self.drain = DrainRate()  # how fast the queue drains (SLO shedding predicts waits from it)
         self.queued_since: dict[str, float] = {}  # when a promoted request's queue-time clock restarted
@@ -201,7 +123,7 @@ class Scheduler:
         self._drop_expired(now, out)
         if cfg.priority_preemption:
             self._preempt_for_priority(out)
-        budget = StepBudget(self.max_num_batched_tokens, self.prompt_budget, cfg.max_prefill_chunks_per_step)
+        budget = replace(self.full_budget)
         short_of_memory = self._schedule_running(budget, out)
         if not short_of_memory:  # memory is short: admitting more would only preempt again
             self._schedule_waiting(budget, now, out)
@@ -371,7 +293,7 @@ class Scheduler:
                 return
             if len(self.running) < self.config.max_num_seqs:  # a free slot: does its first chunk fit?
                 hits, n = self._resume_point(head)
-                n = min(n, self.prompt_budget)  # unchunked: all of it
+                n = min(n, self.full_budget.prompt)  # unchunked: all of it
                 if self._admission_blocks(head, hits, n)[1] <= self.pool.num_free_blocks:
                     return
             self._preempt(victim, out, f"priority: {head.request_id} (priority {head.priority}) outranks it "
