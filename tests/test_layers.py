@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, list[str]]] = [  # bottom-up; a module may import its ow
     ("scheduling", ["minfer.scheduler", "minfer.scheduler.*", "minfer.detokenizer"]),
     ("executors", ["minfer.executor", "minfer.runner", "minfer.cuda_graphs", "minfer.sim", "minfer.sim.hardware",
                    "minfer.sim.models", "minfer.sim.cost", "minfer.sim.executor"]),
-    ("engine", ["minfer.engine", "minfer"]),  # the package itself: the public API, exported lazily
+    ("engine", ["minfer.engine", "minfer.faults", "minfer"]),  # the package itself: the public API, exported lazily
     ("tools", ["minfer.baselines", "minfer.bench", "minfer.sim.*", "minfer.viz", "minfer.viz.*",
                "minfer.notebook", "minfer.serve", "minfer.serve.*", "minfer.loadgen", "minfer.roofline",
                "minfer.peers", "minfer.exercises", "minfer.exercises.*"]),
