@@ -107,10 +107,7 @@ class StepBudget:
         # END EXERCISE
 
 
-# ---- why: the scheduler's decisions, as data -----------------------------------------------------------------
-# Every decision the scheduler takes is recorded as one small record, with the numbers that made it: the engine
-# copies them into the step's ``StepTrace`` (``decisions``), tests assert on them, and the words a reader sees --
-# the dashboard's narration, chapter 11 -- are rendered from them in one place, ``minfer.viz.narration``.
+# ---- why: the scheduler's decisions, as data (the engine copies them into StepTrace.decisions) -----------------
 
 PreemptCause = Literal["pool_full", "priority"]
 WaitCause = Literal["step_preempted", "token_budget", "chunk_limit", "prompt_budget", "max_num_seqs",
