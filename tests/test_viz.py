@@ -127,6 +127,10 @@ def test_timeline_states_match_the_trace(pressured):
     assert fig.data[4].name == "preempted" and len(preempted_bars.y) == sum(
         s.state == "preempted" for s in d.segments) > 0
     assert list(fig.data[5].y) == [f.request for f in d.finishes]
+    from minfer.viz.narration import FINISH_WORDS
+
+    assert list(fig.data[5].hovertext) == [f"{f.request} finished at step {f.step}: {f.why}" for f in d.finishes]
+    assert not {f.why for f in d.finishes} & set(FINISH_WORDS.values()), "each ending in its own words"
 
 
 def test_timeline_shows_waiting_from_arrival(tiny):

@@ -105,6 +105,15 @@ def _ended(d: Ended) -> str:
     return str(d.detail) if d.detail else d.reason  # refused or timed out: the scheduler's message; error: the error
 
 
+def ending(t: StepTrace, request: str) -> str:
+    """Why ``request`` ended in step ``t``, in a phrase (from a trace without decisions: its finish reason)."""
+    ended = next((d for d in t.decisions if isinstance(d, Ended) and d.request == request), None)
+    if ended is not None:
+        return explain(ended)
+    finish = t.finish_reasons.get(request, "")
+    return FINISH_WORDS.get(finish, finish or "finished")
+
+
 def kind_of(d: Decision) -> str:
     """The verb a sentence starts with."""
     if isinstance(d, Ended):
@@ -133,9 +142,8 @@ def _from_older_trace(t: StepTrace) -> list[Sentence]:
         out.append(Sentence("preempted", rid,
                             "KV blocks ran out: its blocks go to requests ranked above it; it will recompute"))
     for rid in t.finished:
-        finish = t.finish_reasons.get(rid, "")
-        out.append(Sentence("refused" if finish in QUEUE_ENDINGS else "finished", rid,
-                            FINISH_WORDS.get(finish, finish or "finished")))
+        refused = t.finish_reasons.get(rid, "") in QUEUE_ENDINGS
+        out.append(Sentence("refused" if refused else "finished", rid, ending(t, rid)))
     return out
 
 
