@@ -14,13 +14,12 @@ So a workload with arrival times replays the same way in a notebook, a test, or 
 One bad request must never fail the others. Every field is checked when the request is added (a clear
 ``ValueError`` naming the field, and nothing changes); and if a step still fails, the engine finds the
 request(s) whose chunk makes it fail -- running halves of the step until each failing part is one request --
-ends those with finish reason ``"error"`` and serves everyone else.
+ends those with finish reason ``"error"`` and serves everyone else (``faults.py``).
 """
 
 from __future__ import annotations
 
 import itertools
-import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -32,8 +31,10 @@ from minfer import fields
 from minfer.config import SPEED_UPS, EngineConfig
 from minfer.detokenizer import Detokenizer
 from minfer.executor import ExecutorSetup, ModelOutput
+from minfer.faults import execute_isolating_faults, failure
 from minfer.kv.block_pool import BlockPool
 from minfer.kv.host_pool import HostBlockPool
+from minfer.plan import Ended, SchedulerOutput
 from minfer.request import (
     CompletionOutput,
     Request,
@@ -41,14 +42,13 @@ from minfer.request import (
     SamplingParams,
 )
 from minfer.runner import build_model_executor, resolve_dtype
-from minfer.scheduler.scheduler import Scheduler, SchedulerOutput, StopCheck
+from minfer.scheduler.scheduler import Scheduler, StopCheck
 from minfer.sim.executor import build_sim_executor
 from minfer.trace import StepTrace
 
 __all__ = ["EXECUTORS", "LLM", "LLMEngine", "Prompt", "build_executor", "resolve_dtype"]
 
 Prompt = str | Sequence[int]
-logger = logging.getLogger("minfer.engine")
 
 # EngineConfig.executor → the function that builds it (a new executor: one entry here, one Literal name)
 EXECUTORS: dict[str, Callable[[EngineConfig, Any, Any], ExecutorSetup]] = {
@@ -67,19 +67,6 @@ def _keep_last(items: list, n: int | None) -> None:
     per request or per step must not grow with them (aggregates, such as its /metrics, are kept elsewhere)."""
     if n is not None and len(items) > n:
         del items[: len(items) - n]
-
-
-def unwritten(error: BaseException) -> bool:
-    """Did ``error`` come from a ``NotImplementedError`` -- code not written yet, such as an exercise's stub (a
-    Triton kernel's arrives wrapped in the interpreter's error)? That fails every step, not one request."""
-    e: BaseException | None = error
-    for _ in range(20):  # a chain of causes, never a long one
-        if e is None:
-            return False
-        if isinstance(e, NotImplementedError):
-            return True
-        e = e.__cause__ or e.__context__
-    return False
 
 
 class LLMEngine:
@@ -179,7 +166,7 @@ class LLMEngine:
     def _discard(self, request_id: str) -> None:
         """Take back a request that was just added, as if it never had been: no output, nothing kept."""
         self.scheduler.finish(self.scheduler.requests[request_id], "abort", None, self.now)
-        self.scheduler.notes.pop(request_id, None)
+        self.scheduler.ended = [e for e in self.scheduler.ended if e.request != request_id]
         self.scheduler.joined = [r for r in self.scheduler.joined if r.request_id != request_id]
 
     def has_unfinished_requests(self) -> bool:
@@ -205,7 +192,8 @@ class LLMEngine:
         out = sched.schedule(start)
         t1 = time.perf_counter()
         # a step with nothing to compute or copy (only refusals or timeouts) takes no time
-        result, failed = self._execute(out) if out.has_work else (ModelOutput(duration=0.0), {})
+        result, failed = (execute_isolating_faults(self.executor, out) if out.has_work
+                          else (ModelOutput(duration=0.0), {}))
         t2 = time.perf_counter()
         # tokens exist once the forward pass is done: on the modelled clock, or the measured one
         done = start + (result.duration if result.duration is not None else t2 - t0)
@@ -217,60 +205,14 @@ class LLMEngine:
         duration = result.duration if result.duration is not None else t3 - t0
         self.now = start + duration
         sched.observe_step(out, duration)
-        notes, joined = sched.take_log()
+        ended, joined = sched.take_log()
         if self.config.record_trace:
-            self.trace.append(self._trace(out, outputs, start, duration, (t1 - t0) + (t3 - t2), notes, joined))
+            self.trace.append(self._trace(out, outputs, start, duration, (t1 - t0) + (t3 - t2), ended, joined))
             _keep_last(self.trace, self.config.trace_window)
         if self.config.debug_checks:
             sched.check_invariants()
         self._step_index += 1
         return outputs
-
-    def _execute(self, out: SchedulerOutput) -> tuple[ModelOutput, dict[Request, str]]:
-        """Run the step. If it fails, find the requests it fails for -- halves of the step are run until
-        each failing part is one request -- and serve the rest. Their chunks leave ``out`` (they computed
-        nothing); returns the result and, per failed request, what went wrong. K/V a failed attempt wrote is
-        written again, identically, by the attempt that succeeds."""
-        try:
-            return self.executor.execute(out), {}
-        except Exception as first:
-            if not out.chunks:  # only block copies failed: no request to blame, the engine's state is unsure
-                raise
-            if unwritten(first):
-                raise  # code not written yet (an exercise's stub): no request is to blame
-            if len(out.chunks) == 1:  # nothing to halve: it is this request's step
-                req = out.chunks.pop().request
-                return ModelOutput(), {req: self._failure(req, first)}
-        merged, failed = ModelOutput(), {}
-        durations: list[float | None] = []
-
-        def run(chunks: list) -> None:
-            try:
-                r = self.executor.execute(SchedulerOutput(chunks=chunks))
-            except Exception as e:
-                if len(chunks) == 1:
-                    failed[chunks[0].request] = self._failure(chunks[0].request, e)
-                    return
-                run(chunks[: len(chunks) // 2])
-                run(chunks[len(chunks) // 2 :])
-                return
-            merged.sampled.update(r.sampled)
-            durations.append(r.duration)
-
-        # the halves carry no KV block copies: the first attempt made them before its forward pass failed
-        run(out.chunks[: len(out.chunks) // 2])
-        run(out.chunks[len(out.chunks) // 2 :])
-        out.chunks = [c for c in out.chunks if c.request not in failed]
-        if durations and all(d is not None for d in durations):
-            merged.duration = sum(durations)  # type: ignore[arg-type]
-        return merged, failed
-
-    @staticmethod
-    def _failure(req: Request, error: Exception) -> str:
-        message = f"{type(error).__name__}: {error}"
-        logger.error("request %r failed in a step and ends with finish reason 'error' (the others go on): %s",
-                     req.request_id, message, exc_info=error)
-        return message
 
     def _finish_and_report(self, checks: list[StopCheck], ended: list[Request], now: float) -> list[RequestOutput]:
         """End what must end, then build outputs: first for requests that got a token, then for those that
@@ -283,7 +225,7 @@ class LLMEngine:
                 try:
                     update = detok.update(req, reason)
                 except Exception as e:  # a tokenizer failing on one request's tokens fails that request only
-                    reason, why = "error", self._failure(req, e)
+                    reason, why = "error", failure(req, e)
                 else:
                     new_text = update.new_text
                     if update.stop is not None:  # a stop string, even one the last allowed token completed
@@ -312,7 +254,7 @@ class LLMEngine:
         )
 
     def _trace(self, out: SchedulerOutput, outputs: list[RequestOutput], start: float, duration: float,
-               sched_time: float, notes: dict[str, str], joined: list[Request]) -> StepTrace:
+               sched_time: float, ended: list[Ended], joined: list[Request]) -> StepTrace:
         prefill: dict[str, int] = {}
         decode: dict[str, int] = {}
         positions: dict[str, int] = {}
@@ -331,7 +273,7 @@ class LLMEngine:
             finished=[o.request_id for o in finished],
             finish_reasons={o.request_id: o.outputs[0].finish_reason for o in finished},  # type: ignore[misc]
             num_cached_tokens=out.num_cached_tokens, num_cached_blocks=pool.num_cached_blocks,
-            scheduler_time=sched_time, reasons=notes,
+            scheduler_time=sched_time, decisions=[*out.decisions, *ended],
             tenants={r.request_id: r.tenant for r in joined if r.tenant is not None},
             priorities={r.request_id: r.priority for r in joined if r.priority != 0},
             swapped_out={rid: len(c) for rid, c in out.swap_out.items()},

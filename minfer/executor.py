@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from minfer.config import EngineConfig
-from minfer.scheduler.scheduler import SchedulerOutput
+from minfer.plan import SchedulerOutput
 from minfer.units import parse_bytes
 
 if TYPE_CHECKING:  # annotations only: the contract does not depend on a model or a tokenizer

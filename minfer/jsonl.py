@@ -24,8 +24,12 @@ def save_jsonl(records: Iterable[Any], path: str | Path) -> None:
             f.write(json.dumps(asdict(record)) + "\n")
 
 
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Every record of the file, as the dicts it holds."""
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def load_jsonl(cls: type[T], path: str | Path) -> list[T]:
     names = {f.name for f in fields(cls)}
-    with open(path) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    return [cls(**{k: v for k, v in row.items() if k in names}) for row in rows]
+    return [cls(**{k: v for k, v in row.items() if k in names}) for row in read_jsonl(path)]

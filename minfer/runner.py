@@ -31,8 +31,8 @@ from minfer.executor import ExecutorSetup, ModelOutput, num_swap_blocks
 from minfer.kv.cache import PagedKVCache
 from minfer.model.llama import LlamaModel
 from minfer.ops.attention import AttentionMetadata
+from minfer.plan import ScheduledChunk, SchedulerOutput, StepBudget
 from minfer.sampler import sample
-from minfer.scheduler.scheduler import ScheduledChunk, SchedulerOutput, step_budgets
 from minfer.units import parse_bytes
 
 
@@ -176,7 +176,7 @@ def kv_blocks(config: EngineConfig, model: LlamaModel, dtype: torch.dtype, max_m
             # the largest step's activations stay reserved by PyTorch, so the pool leaves room for them
             # (CUDA-graph capture empties that cache and allocates its own; the 1 - gpu_memory_utilization
             # left over, 10% by default, is the margin that covers the difference)
-            profile_forward(model, step_budgets(cfg, max_model_len)[1], cfg.max_num_seqs)
+            profile_forward(model, StepBudget.from_config(cfg, max_model_len).tokens, cfg.max_num_seqs)
             num_blocks = num_blocks_for_gpu(mcfg, cfg.block_size, dtype, cfg.gpu_memory_utilization, cfg.device)
         else:
             num_blocks = num_blocks_for_memory(mcfg, cfg.block_size, dtype, parse_bytes(cfg.kv_cache_memory))

@@ -1,19 +1,22 @@
 """StepTrace: one plain record per engine step -- the single source for metrics, widgets and tests.
 
 It says who ran and how (prefill or decode tokens per request), who holds how many KV blocks, how long
-the queues were, who was admitted, preempted or finished -- and why, in a phrase the scheduler wrote when it
-decided ("pool full: r2 needed a block; r7 is the most recently admitted running request; swapped out: 4 blocks
-(57 tokens) copied to host memory"; the dashboard's narration, ``viz.narration``, turns these into a sentence per
-step) -- which KV blocks moved to or from host memory (swap preemption), and how long the step took. Widgets only
-render these records; tests assert on them; a trace saved as JSON lines replays anywhere.
+the queues were, who was admitted, preempted or finished -- and why, as the scheduler recorded each decision
+(``decisions``: records of ``minfer.plan`` with the numbers behind them, such as ``Preempted(request="r7",
+cause="pool_full", by="r2", tokens=57, swapped_blocks=4, ...)``; the dashboard's narration, ``viz.narration``,
+turns them into a sentence per step) -- which KV blocks moved to or from host memory (swap preemption), and how
+long the step took. Widgets only render these records; tests assert on them; a trace saved as JSON lines replays
+anywhere.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
-from minfer.jsonl import load_jsonl, save_jsonl
+from minfer.jsonl import read_jsonl, save_jsonl
+from minfer.plan import Decision, decision_from_dict
 
 
 @dataclass(slots=True)
@@ -37,13 +40,22 @@ class StepTrace:
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache at admission this step
     num_cached_blocks: int = 0  # blocks in the prefix-hash index after the step
     scheduler_time: float = 0.0  # seconds of CPU spent scheduling and updating (not the forward)
-    reasons: dict[str, str] = field(default_factory=dict)  # request id → why it was admitted, preempted, ended
+    decisions: list[Decision] = field(default_factory=list)  # why each was admitted, chunked, preempted, kept
+    # waiting or ended (a request may have several: admitted and chunked, say)
     tenants: dict[str, str] = field(default_factory=dict)  # requests that joined the queue: their tenant, if set
     priorities: dict[str, int] = field(default_factory=dict)  # ... and their priority, if not 0
     swapped_out: dict[str, int] = field(default_factory=dict)  # request id → KV blocks copied to host memory
     swapped_in: dict[str, int] = field(default_factory=dict)  # request id → KV blocks copied back from host memory
     swap_bytes: int = 0  # bytes those copies moved over the host link, both directions together
     num_swapped_blocks: int = 0  # host blocks holding swapped-out K/V after the step
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StepTrace:
+        """A step read back from JSON: the fields it knows (a file from another minfer version still loads), its
+        decisions as records again."""
+        known = {k: v for k, v in d.items() if k in _FIELDS}
+        known["decisions"] = [decision_from_dict(x) for x in d.get("decisions", [])]
+        return cls(**known)
 
     @property
     def num_prefill_tokens(self) -> int:
@@ -82,4 +94,7 @@ def save_trace(trace: list[StepTrace], path: str | Path) -> None:
 
 
 def load_trace(path: str | Path) -> list[StepTrace]:
-    return load_jsonl(StepTrace, path)
+    return [StepTrace.from_dict(row) for row in read_jsonl(path)]
+
+
+_FIELDS = {f.name for f in fields(StepTrace)}

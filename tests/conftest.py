@@ -148,3 +148,15 @@ def check_backend_matches_reference(backend: str, overrides: dict, block_size: i
     assert engine.kv_cache.backend.name == backend, f"the engine did not use the {backend} backend"
     assert any(len(t.prefill_tokens) and len(t.decode_tokens) for t in engine.trace), "no mixed step ran"
     assert got == expected
+
+
+def decisions(step, kind: type) -> list:
+    """The step's scheduler decisions of one kind (``minfer.plan.Admitted``, ``Preempted``, ...)."""
+    return [d for d in step.decisions if isinstance(d, kind)]
+
+
+def decision(step, request_id: str, kind: type):
+    """The one decision of ``kind`` the step recorded for ``request_id``."""
+    found = [d for d in decisions(step, kind) if d.request == request_id]
+    assert len(found) == 1, f"step {step.step}: {len(found)} {kind.__name__} decisions for {request_id}"
+    return found[0]

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from conftest import alone, run_checked, tiny_engine
 from minfer import SamplingParams
+from minfer.plan import Ended
 
 REF_PROMPT, REF_TOKENS = (5, 6, 7, 8), 10
 REF = SamplingParams(max_tokens=REF_TOKENS, temperature=0, ignore_eos=True)
@@ -123,7 +124,8 @@ def test_a_request_that_breaks_the_forward_pass_fails_alone(tiny, caplog):
     assert bad.finish_reason == "error" and bad.stop_reason == "RuntimeError: simulated kernel fault"
     assert len(bad.token_ids) == 1, "it got its first token, then its next step failed"
     assert {rid: o.outputs[0].token_ids for rid, o in final.items()} == expected
-    assert any(t.reasons.get("bad") == "RuntimeError: simulated kernel fault" for t in e.trace)
+    assert [d for t in e.trace for d in t.decisions if d.request == "bad" and d.kind == "ended"] == [
+        Ended("bad", "error", "error", "RuntimeError: simulated kernel fault")]
     assert "simulated kernel fault" in caplog.text
     assert max(calls) > 1, "the failing step held other requests too"
 

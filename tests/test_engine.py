@@ -188,7 +188,7 @@ def test_generate_with_a_bad_prompt_leaves_nothing_behind(tiny):
     with pytest.raises(ValueError, match="empty"):
         llm.generate([[5, 6], [7], []], GREEDY, use_tqdm=False)
     assert not llm.engine.has_unfinished_requests() and not llm.engine.detokenizer.streamed and not llm.engine.finished
-    assert not llm.engine.scheduler.notes and not llm.engine.scheduler.joined
+    assert not llm.engine.scheduler.ended and not llm.engine.scheduler.joined
     assert llm.generate([[5, 6]], GREEDY, use_tqdm=False)[0].outputs[0].token_ids == list(alone((5, 6), 12))
 
 

@@ -294,14 +294,14 @@ MUTANTS = {
     "E6.1 preempts the oldest request": ("E6.1", "Scheduler._make_room", """
         while self.pool.try_append_slots(req.request_id, n) is None:
             victim = self.running[0]
-            self._preempt(victim, out, "pool full")
+            self._preempt(victim, out, by=req)
             if victim is req:
                 return False
         return True
         """, "most recently admitted"),
     "E6.1 always preempts the request that needs the block": ("E6.1", "Scheduler._make_room", """
         if self.pool.try_append_slots(req.request_id, n) is None:
-            self._preempt(req, out, "pool full")
+            self._preempt(req, out, by=req)
             return False
         return True
         """, None),
@@ -309,13 +309,13 @@ MUTANTS = {
         if self.pool.try_append_slots(req.request_id, n) is not None:
             return True
         victim = self.running[-1]
-        self._preempt(victim, out, "pool full")
+        self._preempt(victim, out, by=req)
         return victim is not req and self.pool.try_append_slots(req.request_id, n) is not None
         """, None),
     "E6.1 keeps preempting after the request itself went": ("E6.1", "Scheduler._make_room", """
         while self.pool.try_append_slots(req.request_id, n) is None:
             victim = self.running[-1]
-            self._preempt(victim, out, "pool full")
+            self._preempt(victim, out, by=req)
         return True
         """, None),
     # ---- E7.1: the online softmax -----------------------------------------------------------------------

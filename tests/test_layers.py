@@ -34,15 +34,15 @@ PACKAGE = Path(__file__).resolve().parents[1] / "minfer"
 
 LAYERS: list[tuple[str, list[str]]] = [  # bottom-up; a module may import its own layer and those below
     ("foundation", ["minfer.types", "minfer.fields", "minfer.units", "minfer.paths", "minfer.jsonl"]),
-    ("values", ["minfer.config", "minfer.request", "minfer.trace", "minfer.cpu_malloc", "minfer.workload",
-                "minfer.metrics"]),
+    ("values", ["minfer.config", "minfer.request", "minfer.plan", "minfer.trace", "minfer.cpu_malloc",
+                "minfer.workload", "minfer.metrics"]),
     ("primitives", ["minfer.kv", "minfer.kv.block_pool", "minfer.kv.host_pool", "minfer.ops", "minfer.ops.attention",
                     "minfer.sampler"]),
     ("kernels and model", ["minfer.ops.*", "minfer.model", "minfer.model.*", "minfer.kv.*"]),
     ("speed-ups", ["minfer.accelerate"]),  # stand-ins for the model's modules: above both the model and the kernels
     ("scheduling", ["minfer.scheduler", "minfer.scheduler.*", "minfer.detokenizer"]),
     ("executors", ["minfer.executor", "minfer.runner", "minfer.cuda_graphs", "minfer.sim", "minfer.sim.*"]),
-    ("engine", ["minfer.engine", "minfer"]),  # the package itself: the public API, exported lazily
+    ("engine", ["minfer.engine", "minfer.faults", "minfer"]),  # the package itself: the public API, exported lazily
     ("tools", ["minfer.validate", "minfer.validate.*", "minfer.baselines", "minfer.bench", "minfer.viz",
                "minfer.viz.*", "minfer.notebook", "minfer.serve", "minfer.serve.*", "minfer.loadgen",
                "minfer.roofline", "minfer.peers", "minfer.exercises", "minfer.exercises.*"]),
@@ -236,3 +236,32 @@ def test_importing_each_module_loads_nothing_above_it():
     upward = [f"importing {m} ({LAYERS[layer_of(m)][0]}) loads {x} ({LAYERS[layer_of(x)][0]})"
               for m, xs in pulled.items() for x in xs if x in known and layer_of(x) > layer_of(m)]
     assert not upward, "\n".join(upward)
+
+
+def test_executors_never_import_the_scheduler():
+    """Issue 34: the step's plan (``minfer.plan``) is the contract between the scheduler and the executors, so an
+    executor reads the plan and never the scheduler -- neither by an import statement, nor through any module or
+    package ``__init__`` that one of its imports reaches, nor at run time in a fresh interpreter."""
+    executors = next(i for i, (name, _) in enumerate(LAYERS) if name == "executors")
+    modules = [m for m in module_names() if layer_of(m) == executors]
+    assert {"minfer.executor", "minfer.runner", "minfer.sim.executor"} <= set(modules)
+    graph = import_graph()
+
+    def reached(module: str) -> set[str]:
+        seen, todo = set(), [module]
+        while todo:
+            for t in graph[todo.pop()] - seen:
+                seen.add(t)
+                todo.append(t)
+        return seen
+
+    def is_scheduler(m: str) -> bool:
+        return m == "minfer.scheduler" or m.startswith("minfer.scheduler.")
+
+    through = {m: sorted(filter(is_scheduler, reached(m))) for m in modules}
+    assert not any(through.values()), f"executors that reach the scheduler: { {m: s for m, s in through.items() if s} }"
+    script = (f"import importlib, sys\nfor m in {modules!r}:\n    importlib.import_module(m)\n"
+              "print(sorted(m for m in sys.modules if m == 'minfer.scheduler' or m.startswith('minfer.scheduler.')))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                         env=os.environ | {"TRITON_INTERPRET": "1"}, cwd=PACKAGE.parent, timeout=300)
+    assert out.stdout.strip().splitlines()[-1] == "[]", f"importing the executors loads {out.stdout.strip()}"

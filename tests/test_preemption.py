@@ -7,8 +7,9 @@ from collections import Counter
 
 import pytest
 
-from conftest import alone, run_checked, tiny_engine
+from conftest import alone, decision, decisions, run_checked, tiny_engine
 from minfer import EngineConfig, LLMEngine, SamplingParams
+from minfer.plan import Admitted, Preempted
 
 
 def greedy(max_tokens: int) -> SamplingParams:
@@ -77,13 +78,13 @@ def test_a_resumed_request_holds_its_whole_recompute_at_once(tiny):
     """Re-admitted, a victim takes blocks for every token it had plus its next one, in the same step, though it
     recomputes them in chunks; its own chunks then never need a block, so they cannot preempt it."""
     e, _ = run_hog(tiny)
-    resumed = [(t, rid) for t in e.trace for rid in t.admitted if "resumes after preemption" in t.reasons[rid]]
+    resumed = [(t, d.request) for t in e.trace for d in decisions(t, Admitted) if d.resumed]
     assert resumed, "no victim came back: the case is untested"
     with_output = 0
     for t, rid in resumed:
         req = next(r for r in e.finished if r.request_id == rid)
         assert t.prefill_tokens[rid] == CHUNK < t.blocks[rid] * BLOCK  # one chunk computed, many blocks held
-        assert t.reasons[rid].startswith("resumes after preemption, recomputing")
+        assert decision(t, rid, Admitted).resumed == "recompute"
         recompute = []  # the steps of this recompute: its chunks, until its first decode
         for s in e.trace[t.step + 1:]:
             if rid not in s.prefill_tokens:
@@ -157,9 +158,10 @@ def test_swap_gives_the_tokens_recompute_gives_under_a_preemption_storm(tiny, re
             assert n == out_blocks[rid], f"{rid} swapped in {n} blocks, swapped out {out_blocks[rid]}"
             out_blocks[rid] = 0
             assert t.positions[rid] > 0, "a swapped-in request resumes where it stopped, not at token 0"
-            assert t.reasons[rid].startswith("resumes after preemption, swapping in")
+            back = decision(t, rid, Admitted)
+            assert back.resumed == "swap_in" and back.swapped_blocks == n and back.swapped_tokens == t.positions[rid]
         assert t.swap_bytes == e.kv_block_bytes * (sum(t.swapped_out.values()) + sum(t.swapped_in.values()))
-    assert all("swapped out:" in t.reasons[r] for t in e.trace for r in t.preempted)
+    assert all(decision(t, r, Preempted).swapped_blocks == t.swapped_out[r] for t in e.trace for r in t.preempted)
     assert sum(t.num_prefill_tokens for t in e.trace) < sum(t.num_prefill_tokens for t in base.trace)
     assert e.host_pool.num_used_blocks == 0 and e.trace[-1].num_swapped_blocks == 0
 
@@ -167,11 +169,12 @@ def test_swap_gives_the_tokens_recompute_gives_under_a_preemption_storm(tiny, re
 def test_swap_falls_back_to_recompute_when_the_host_pool_is_full(tiny, recomputed):
     _, expected = recomputed
     e, got = run_storm(tiny, preemption_mode="swap", num_swap_blocks=5)
-    notes = [t.reasons[r] for t in e.trace for r in t.preempted]
-    swapped = [n for n in notes if "swapped out:" in n]
-    fell_back = [n for n in notes if "recomputes:" in n]
+    victims = [d for t in e.trace for d in decisions(t, Preempted)]
+    swapped = [d for d in victims if d.swapped_blocks]
+    fell_back = [d for d in victims if not d.swapped_blocks]
     assert swapped and fell_back, "the case needs both swaps and fallbacks"
-    assert all("host pool full" in n for n in fell_back)
+    assert all(d.host_full and d.host_blocks_needed > d.host_blocks_free for d in fell_back)
+    assert not any(d.host_full for d in swapped)
     assert max(t.num_swapped_blocks for t in e.trace) <= 5
     assert got == expected
 
@@ -180,8 +183,7 @@ def test_recompute_mode_never_touches_host_memory(recomputed):
     e, _ = recomputed
     assert e.host_pool.num_blocks == 0 and e.kv_cache.host_kv.numel() == 0
     assert not any(t.swapped_out or t.swapped_in or t.swap_bytes for t in e.trace)
-    assert all("recomputes: its" in t.reasons[r] and "host pool" not in t.reasons[r]
-               for t in e.trace for r in t.preempted)
+    assert all(not d.swapped_blocks and not d.host_full for t in e.trace for d in decisions(t, Preempted))
 
 
 def test_swap_with_prefix_caching_and_priority_preemption_stays_exact(tiny, recomputed):
@@ -240,7 +242,7 @@ def test_invariants_catch_a_host_pool_out_of_step(tiny):
 def test_the_runner_copies_swap_outs_before_swap_ins(tiny):
     """A device block a swap-out frees may be refilled by a swap-in in the same step: the old K/V must reach
     host memory first."""
-    from minfer.scheduler.scheduler import SchedulerOutput
+    from minfer.plan import SchedulerOutput
 
     e = tiny_engine(tiny, num_blocks=8, block_size=4, preemption_mode="swap", num_swap_blocks=4)
     cache = e.kv_cache

@@ -127,6 +127,10 @@ def test_timeline_states_match_the_trace(pressured):
     assert fig.data[4].name == "preempted" and len(preempted_bars.y) == sum(
         s.state == "preempted" for s in d.segments) > 0
     assert list(fig.data[5].y) == [f.request for f in d.finishes]
+    from minfer.viz.narration import FINISH_WORDS
+
+    assert list(fig.data[5].hovertext) == [f"{f.request} finished at step {f.step}: {f.why}" for f in d.finishes]
+    assert not {f.why for f in d.finishes} & set(FINISH_WORDS.values()), "each ending in its own words"
 
 
 def test_timeline_shows_waiting_from_arrival(tiny):
@@ -252,6 +256,7 @@ def test_recording_round_trips_through_a_file(pressured, tmp_path):
     rec.save(path)
     back = Recording.load(path)
     assert back.trace == rec.trace and back.snapshots == rec.snapshots
+    assert any(t.decisions for t in back.trace), "the decisions come back as records (equal to the originals)"
     assert back.metrics == rec.metrics
     assert load_trace(path) == rec.trace, "a recording is also a plain trace file"
     save_trace(rec.trace, tmp_path / "bare.jsonl")
@@ -543,13 +548,13 @@ def test_phases_are_patterns_over_request_hues(pressured):
 
 # ---- narration ----------------------------------------------------------------------------------
 def test_narration_says_what_the_scheduler_decided(pressured):
-    from minfer.viz import decisions, narrate
+    from minfer.viz import narrate, sentences
 
     _, rec = pressured
     for t in rec.trace:
-        kinds = [(d.kind, d.request) for d in decisions(t)]
-        assert kinds == [*(("admitted", r) for r in t.admitted), *(("preempted", r) for r in t.preempted),
-                         *(("finished", r) for r in t.finished)], f"step {t.step}"
+        told = [(s.kind, s.request) for s in sentences(t) if s.kind not in ("chunked", "kept waiting")]
+        assert told == [*(("admitted", r) for r in t.admitted), *(("preempted", r) for r in t.preempted),
+                        *(("finished", r) for r in t.finished)], f"step {t.step}"
         line = narrate(t)
         assert line.startswith(f"step {t.step} · ")
         for r in t.preempted:
@@ -670,13 +675,15 @@ def test_frames_are_plain_plotly_json(pressured):
 def test_narration_and_rows_use_the_recorded_reasons_tenants_and_priorities(pressured):
     from dataclasses import replace
 
-    from minfer.viz import narrate
+    from minfer.viz import explain, narrate
     from minfer.viz.frame import FrameOptions, dashboard_frame
 
     engine, rec = pressured
     k = next(i for i, t in enumerate(rec.trace) if t.preempted)
     victim = rec.trace[k].preempted[0]
-    why = rec.trace[k].reasons[victim]  # the scheduler's own phrase
+    decision = next(d for d in rec.trace[k].decisions if d.request == victim and d.kind == "preempted")
+    assert decision.cause == "pool_full" and decision.victim_rule == "the most recently admitted running request"
+    why = explain(decision)
     assert why.startswith("pool full:") and "the most recently admitted running request" in why
     trace = list(rec.trace)
     trace[0] = replace(rec.trace[0], tenants={"r0": "alice", "r1": "bob"}, priorities={"r1": 2})

@@ -1,7 +1,7 @@
-"""The iteration-level scheduler and its queue policies."""
+"""The iteration-level scheduler and its queue policies. (The plan it writes each step is in ``minfer.plan``.)"""
 
 from minfer.scheduler.policies import POLICIES, make_policy
 from minfer.scheduler.policy import Policy
-from minfer.scheduler.scheduler import ScheduledChunk, Scheduler, SchedulerOutput, StepBudget
+from minfer.scheduler.scheduler import Scheduler
 
-__all__ = ["POLICIES", "Policy", "ScheduledChunk", "Scheduler", "SchedulerOutput", "StepBudget", "make_policy"]
+__all__ = ["POLICIES", "Policy", "Scheduler", "make_policy"]

@@ -26,9 +26,10 @@ stop (EOS, a stop token, its length). Every request ends through one method, ``f
 reason -- those stops, a stop string the engine found in the text, an abort, a refusal, a timeout, an error
 -- and ``finish()`` frees its blocks at once, so the very next step can use them.
 
-The scheduler also keeps a short log for the step record: why each request was admitted, preempted or
-finished, one phrase each (``notes``), and who joined the queue (``joined``). The engine takes both into
-every ``StepTrace``.
+Each decision is also recorded as data (``minfer.plan``): why a request was admitted, chunked or preempted, and
+why the head of the queue was kept waiting, on the step's plan (``SchedulerOutput.decisions``); why a request
+ended, and who joined the queue, in a short log the engine takes each step. The engine copies both into every
+``StepTrace``; the sentences a reader sees are rendered from them in ``minfer.viz.narration``, not here.
 """
 
 from __future__ import annotations
@@ -36,96 +37,30 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import replace
 
 from minfer.config import EngineConfig
 from minfer.kv.block_pool import BlockPool, chain_hashes
 from minfer.kv.host_pool import HostBlockPool
+from minfer.plan import (
+    Admitted,
+    Chunked,
+    ChunkLimit,
+    Ended,
+    NotAdmitted,
+    PreemptCause,
+    Preempted,
+    ScheduledChunk,
+    SchedulerOutput,
+    StepBudget,
+    WaitCause,
+)
 from minfer.request import Request, RequestStatus
 from minfer.scheduler.policies import make_policy
 from minfer.scheduler.shedding import DrainRate, expired_requests
 from minfer.types import FinishReason
 
 StopCheck = tuple[Request, FinishReason | None, str | int | None]  # a request that got a token; why to stop
-
-
-@dataclass(slots=True)
-class ScheduledChunk:
-    """Tokens ``start .. start + num_tokens`` of one request, computed in this step."""
-
-    request: Request
-    start: int
-    num_tokens: int
-    is_decode: bool  # one token, the one sampled last step (else: a prompt chunk, or a recompute)
-    block_table: list[int]  # the request's KV blocks in token order (the pool's list: read it in this step only)
-
-    @property
-    def samples(self) -> bool:
-        """Does this chunk reach the request's last token? Then the step samples its next token."""
-        return self.start + self.num_tokens == self.request.num_tokens
-
-
-@dataclass(slots=True)
-class SchedulerOutput:
-    """The plan of one step: everything an executor needs, and what changed in the queues."""
-
-    chunks: list[ScheduledChunk] = field(default_factory=list)
-    admitted: list[Request] = field(default_factory=list)  # left the queue this step
-    preempted: list[Request] = field(default_factory=list)  # lost their blocks this step
-    finished: list[Request] = field(default_factory=list)  # ended by the scheduler: rejected, timeout
-    num_cached_tokens: int = 0  # prompt tokens that admission found in the prefix cache
-    # KV block copies between device and host memory (preemption_mode="swap"), per request id. The executor makes
-    # them before the forward pass, swap-outs first: a device block a swap-out frees may be refilled this step.
-    swap_out: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # (device block, host block) pairs
-    swap_in: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # (host block, device block) pairs
-
-    @property
-    def num_prefill_tokens(self) -> int:
-        return sum(c.num_tokens for c in self.chunks if not c.is_decode)
-
-    @property
-    def num_decode_tokens(self) -> int:
-        return sum(1 for c in self.chunks if c.is_decode)
-
-    @property
-    def has_work(self) -> bool:
-        """Anything for an executor to do: tokens to compute, or KV blocks to copy."""
-        return bool(self.chunks or self.swap_out or self.swap_in)
-
-
-@dataclass(slots=True)
-class StepBudget:
-    """What one step may still compute: tokens of any kind, prompt tokens, and prefill chunks."""
-
-    tokens: int  # every token: prompt chunks and decodes (max_num_batched_tokens)
-    prompt: int  # prompt (or recompute) tokens (chunked_prefill_size)
-    chunks: int  # prompts the step may work on (max_prefill_chunks_per_step)
-
-    def prefill_chunk(self, remaining: int) -> int:
-        """How many of a prompt's ``remaining`` tokens this step may compute: as many as both token budgets
-        allow, if a chunk is left -- else 0. What is left waits for the next step (chunked prefill)."""
-        # BEGIN EXERCISE E5.1
-        if self.chunks <= 0:
-            return 0
-        return min(remaining, self.prompt, self.tokens)
-        # END EXERCISE
-
-    def spend(self, num_tokens: int, decode: bool) -> None:
-        """Account for ``num_tokens`` just scheduled: a decode takes them from the token budget only; a prompt
-        chunk from the token and the prompt budgets, and it uses up one chunk."""
-        # BEGIN EXERCISE E5.1
-        self.tokens -= num_tokens
-        if not decode:
-            self.prompt -= num_tokens
-            self.chunks -= 1
-        # END EXERCISE
-
-
-def step_budgets(config: EngineConfig, max_model_len: int) -> tuple[int, int]:
-    """(prompt tokens one step may ingest, tokens one step may compute). Unchunked, a whole prompt is one
-    step's prompt budget; the token budget defaults to a full prompt budget plus one decode per sequence."""
-    prompt = config.chunked_prefill_size if config.enable_chunked_prefill else max_model_len
-    return prompt, config.max_num_batched_tokens or prompt + config.max_num_seqs
 
 
 class Scheduler:
@@ -141,11 +76,11 @@ class Scheduler:
         self.pending: list[tuple[float, int, Request]] = []  # heap of future arrivals
         self.requests: dict[str, Request] = {}  # every unfinished request
         self._seq = itertools.count()
-        self.prompt_budget, self.max_num_batched_tokens = step_budgets(config, max_model_len)
+        self.full_budget = StepBudget.from_config(config, max_model_len)  # each step starts with a copy
         self._arrivals: list[Request] = []  # queued since the last schedule(): max_waiting may refuse them
         self.drain = DrainRate()  # how fast the queue drains (SLO shedding predicts waits from it)
         self.queued_since: dict[str, float] = {}  # when a promoted request's queue-time clock restarted
-        self.notes: dict[str, str] = {}  # request id → why it was admitted, preempted or finished (this step)
+        self.ended: list[Ended] = []  # why each request ended, since the last step record
         self.joined: list[Request] = []  # requests that joined the queue since the last step record
 
     # ---- the queue -------------------------------------------------------------------------------
@@ -186,11 +121,11 @@ class Scheduler:
         """KV blocks each running request holds, in rank order."""
         return {r.request_id: len(self.pool.table(r.request_id)) for r in self.running}
 
-    def take_log(self) -> tuple[dict[str, str], list[Request]]:
-        """The notes and the arrivals since the last call (the engine puts them in each step's trace)."""
-        notes, joined = self.notes, self.joined
-        self.notes, self.joined = {}, []
-        return notes, joined
+    def take_log(self) -> tuple[list[Ended], list[Request]]:
+        """The endings and the arrivals since the last call (the engine puts them in each step's trace)."""
+        ended, joined = self.ended, self.joined
+        self.ended, self.joined = [], []
+        return ended, joined
 
     # ---- one step --------------------------------------------------------------------------------
     def schedule(self, now: float) -> SchedulerOutput:
@@ -201,10 +136,13 @@ class Scheduler:
         self._drop_expired(now, out)
         if cfg.priority_preemption:
             self._preempt_for_priority(out)
-        budget = StepBudget(self.max_num_batched_tokens, self.prompt_budget, cfg.max_prefill_chunks_per_step)
+        budget = replace(self.full_budget)
         short_of_memory = self._schedule_running(budget, out)
-        if not short_of_memory:  # memory is short: admitting more would only preempt again
+        if not short_of_memory:
             self._schedule_waiting(budget, now, out)
+        elif (head := self.policy.peek()) is not None:  # memory is short: admitting more would only preempt again
+            out.decisions.append(NotAdmitted(head.request_id, "step_preempted"))
+        self._record_chunks(budget, out)
         if cfg.max_waiting is not None:
             self._refuse_overflow(now, out)
         return out
@@ -239,45 +177,55 @@ class Scheduler:
         # BEGIN EXERCISE E6.1
         while self.pool.try_append_slots(req.request_id, n) is None:
             victim = self.running[-1]
-            rule = self.policy.victim_rule
-            why = (f"pool full: it needed a block, and it is itself {rule}" if victim is req
-                   else f"pool full: {req.request_id} needed a block; {victim.request_id} is {rule}")
-            self._preempt(victim, out, why)
+            self._preempt(victim, out, by=req)
             if victim is req:
                 return False
         return True
         # END EXERCISE
 
     def _schedule_waiting(self, budget: StepBudget, now: float, out: SchedulerOutput) -> None:
-        """2. Waiting requests, in queue order, while the budgets, the sequence slots and the pool allow."""
+        """2. Waiting requests, in queue order, while the budgets, the sequence slots and the pool allow. The first
+        that cannot start ends the pass (head-of-line: no smaller request overtakes it), and the plan says why."""
         cfg = self.config
-        while (budget.tokens > 0 and budget.chunks > 0 and budget.prompt > 0
-               and len(self.running) < cfg.max_num_seqs and (req := self.policy.peek()) is not None):
+        while (req := self.policy.peek()) is not None:
+            if (full := self._no_room(req, budget)) is not None:
+                out.decisions.append(full)
+                return
             hits, n = self._resume_point(req)  # after preemption, n counts its output tokens too
             if cfg.enable_chunked_prefill:
                 n = budget.prefill_chunk(n)
-            elif n > min(budget.prompt, budget.tokens) and out.chunks:  # unchunked: whole, alone if it must
-                break
+            elif n > (left := min(budget.prompt, budget.tokens)) and out.chunks:  # unchunked: whole, alone if it must
+                out.decisions.append(NotAdmitted(req.request_id, "prompt_too_long", need=n, have=left))
+                return
             total_blocks, need = self._admission_blocks(req, hits, n)
-            if need > self.pool.num_free_blocks:
-                break  # head-of-line: wait for memory rather than let smaller requests overtake
+            if need > self.pool.num_free_blocks:  # wait for memory rather than let smaller requests overtake
+                out.decisions.append(NotAdmitted(req.request_id, "no_free_blocks", need, self.pool.num_free_blocks))
+                return
             self.policy.pop()
-            self._admit(req, hits, total_blocks, now, out)
-            self.notes[req.request_id] = self._admission_note(req, n, need, out)
+            self._admit(req, hits, total_blocks, n, now, out)
             self.pool.append_slots(req.request_id, n)  # within the blocks _admit just allocated
             out.chunks.append(ScheduledChunk(req, req.num_computed_tokens, n, False, self.pool.table(req.request_id)))
             self.policy.on_scheduled(req, n)
             budget.spend(n, decode=False)
 
-    def _admission_note(self, req: Request, n: int, need: int, out: SchedulerOutput) -> str:
-        copies = out.swap_in.get(req.request_id)
-        if copies:
-            resume = f"resumes after preemption, swapping in {len(copies)} blocks ({req.num_computed_tokens} tokens): "
-        else:
-            resume = "resumes after preemption, recomputing: " if req.metrics.num_preemptions else ""
-        cached = (f", {req.num_computed_tokens} tokens from the prefix cache"
-                  if req.num_computed_tokens and not copies else "")
-        return f"{resume}{n} tokens this step, {need} of {self.pool.num_free_blocks + need} free blocks{cached}"
+    def _no_room(self, req: Request, budget: StepBudget) -> NotAdmitted | None:
+        """Why ``req``, next in the queue, cannot start in this step whatever its size -- a budget is spent, or
+        every sequence slot is taken -- or None."""
+        full, seqs = self.full_budget, self.config.max_num_seqs
+        limits: tuple[tuple[bool, WaitCause, int], ...] = (  # (reached?, which, its size per step)
+            (budget.tokens <= 0, "token_budget", full.tokens), (budget.chunks <= 0, "chunk_limit", full.chunks),
+            (budget.prompt <= 0, "prompt_budget", full.prompt), (len(self.running) >= seqs, "max_num_seqs", seqs))
+        return next((NotAdmitted(req.request_id, cause, have=size) for hit, cause, size in limits if hit), None)
+
+    def _record_chunks(self, budget: StepBudget, out: SchedulerOutput) -> None:
+        """Record each prompt chunk that stops short of its request's end, and the budget that cut it: the one
+        spent to 0 (a chunk is as long as the smaller budget allows, and spends it to the last token)."""
+        limit: ChunkLimit = "prompt_budget" if budget.prompt <= 0 else "token_budget"
+        size = self.full_budget.prompt if limit == "prompt_budget" else self.full_budget.tokens
+        for c in out.chunks:
+            left = c.request.num_tokens - c.start
+            if not c.is_decode and c.num_tokens < left:
+                out.decisions.append(Chunked(c.request.request_id, c.start, c.num_tokens, left, limit, size))
 
     def _resume_point(self, req: Request) -> tuple[list[int], int]:
         """Admitting ``req`` now: the cached prefix blocks it can share, and how many tokens are left to compute.
@@ -312,9 +260,11 @@ class Scheduler:
         fresh_hits = sum(1 for b in hits if self.pool.ref_counts[b] == 0)
         return total, total - len(hits) + fresh_hits
 
-    def _admit(self, req: Request, hits: list[int], total_blocks: int, now: float,
+    def _admit(self, req: Request, hits: list[int], total_blocks: int, n: int, now: float,
                out: SchedulerOutput) -> None:
-        rid = req.request_id
+        """Move ``req`` into the running list with its blocks (shared prefix hits, host copies, new ones) and
+        record why it could start: ``n`` tokens this step, and the blocks it took."""
+        rid, free = req.request_id, self.pool.num_free_blocks
         if rid in self.host_pool:  # its K/V come back from host memory, copied before this step's forward pass
             self.pool.allocate(rid, total_blocks)
             self.pool.append_slots(rid, req.num_computed_tokens)  # within the blocks just allocated
@@ -336,31 +286,37 @@ class Scheduler:
         self.running.insert(at, req)
         self._rank_keys.insert(at, key)
         out.admitted.append(req)
+        swapped = len(out.swap_in.get(rid, ()))
+        out.decisions.append(Admitted(
+            rid, n, free - self.pool.num_free_blocks, free, cached_tokens=len(hits) * self.block_size,
+            resumed="swap_in" if swapped else "recompute" if req.metrics.num_preemptions else "",
+            swapped_blocks=swapped, swapped_tokens=req.num_computed_tokens if swapped else 0))
 
     def _remove_running(self, req: Request) -> None:
         i = self.running.index(req)
         del self.running[i], self._rank_keys[i]
 
-    def _preempt(self, req: Request, out: SchedulerOutput, why: str) -> None:
+    def _preempt(self, req: Request, out: SchedulerOutput, by: Request, cause: PreemptCause = "pool_full") -> None:
         """Take a running request's KV blocks and queue it at the front; it keeps its tokens. Its K/V are copied
         to host memory first (``preemption_mode="swap"``, while the host pool has room) or dropped, to be
-        recomputed when it returns."""
+        recomputed when it returns. ``by`` is the request it makes room for (``cause`` says why; maybe itself)."""
         rid, n, host = req.request_id, req.num_computed_tokens, self.host_pool
         self._remove_running(req)
         swap = self.config.preemption_mode == "swap"
         if swap and n > 0 and host.can_hold(n):
             out.swap_out[rid] = list(zip(self.pool.table(rid), host.allocate(rid, n)))
-            how = f"swapped out: {len(out.swap_out[rid])} blocks ({n} tokens) copied to host memory"
         else:
-            full = f" (host pool full: {host.blocks_for(n)} blocks needed, {host.num_free_blocks} free)" if swap else ""
-            how = f"recomputes: its {n} computed tokens are dropped{full}"
             req.num_computed_tokens = 0
         self.pool.free(rid)
         req.status = RequestStatus.WAITING
         req.metrics.num_preemptions += 1
         self.policy.push_front(req)
         out.preempted.append(req)
-        self.notes[rid] = f"{why}; {how}"
+        swapped = len(out.swap_out.get(rid, ()))
+        out.decisions.append(Preempted(
+            rid, cause, by.request_id, self.policy.victim_rule, n, swapped, host_full=swap and not swapped,
+            host_blocks_needed=host.blocks_for(n), host_blocks_free=host.num_free_blocks, priority=req.priority,
+            by_priority=by.priority))
 
     def _preempt_for_priority(self, out: SchedulerOutput) -> None:
         """policy="priority" with priority_preemption: a waiting request that outranks the lowest running
@@ -371,11 +327,10 @@ class Scheduler:
                 return
             if len(self.running) < self.config.max_num_seqs:  # a free slot: does its first chunk fit?
                 hits, n = self._resume_point(head)
-                n = min(n, self.prompt_budget)  # unchunked: all of it
+                n = min(n, self.full_budget.prompt)  # unchunked: all of it
                 if self._admission_blocks(head, hits, n)[1] <= self.pool.num_free_blocks:
                     return
-            self._preempt(victim, out, f"priority: {head.request_id} (priority {head.priority}) outranks it "
-                                       f"(priority {victim.priority}) and could not start otherwise")
+            self._preempt(victim, out, by=head, cause="priority")
 
     def _drop_expired(self, now: float, out: SchedulerOutput) -> None:
         """Queue timeouts and SLO shedding (both off by default; see ``shedding.py``)."""
@@ -470,7 +425,7 @@ class Scheduler:
         req.metrics.finished_time = now
         self.requests.pop(req.request_id, None)
         self.queued_since.pop(req.request_id, None)
-        self.notes[req.request_id] = finish_note(req)
+        self.ended.append(Ended.of(req))
 
     # ---- checks ----------------------------------------------------------------------------------
     def check_invariants(self) -> None:
@@ -504,16 +459,3 @@ class Scheduler:
         self.pool.check_invariants(owners=run_ids)
         self.host_pool.check_invariants(owners=swapped)
 
-
-def finish_note(req: Request) -> str:
-    """One phrase for the step's narration: why ``req`` ended."""
-    reason, why = req.finish_reason, req.stop_reason
-    if reason == "stop" and isinstance(why, int):
-        return f"{'EOS token' if why in req.eos_token_ids else 'stop token'} {why}"
-    if reason == "stop":
-        return f"stop string {why!r}"
-    if reason == "length":
-        return f"{why or f'max_tokens={req.params.max_tokens}'} reached"
-    if reason == "abort":
-        return "aborted"
-    return str(why) if why else str(reason)  # rejected, timeout: the scheduler's why; error: the message

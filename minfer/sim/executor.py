@@ -19,7 +19,7 @@ from typing import Any
 
 from minfer.config import EngineConfig
 from minfer.executor import ExecutorSetup, ModelOutput, num_swap_blocks
-from minfer.scheduler.scheduler import SchedulerOutput
+from minfer.plan import SchedulerOutput
 from minfer.sim.cost import RooflineCost, StepShape
 from minfer.sim.hardware import HardwareSpec, get_hardware
 from minfer.sim.models import ModelSpec, get_model_spec

@@ -9,6 +9,7 @@ Static figures (``go.Figure``, in the course style of ``minfer.viz.style``)::
     queue_chart(engine.trace)                    # queue lengths and KV blocks over steps
     latency_chart(request_metrics(engine), ttft_slo=0.5, itl_slo=0.1)   # TTFT/ITL histograms vs SLOs
     narrate(engine.trace[-1])                    # what the scheduler decided in a step, and why
+    explain(engine.trace[-1].decisions[0])       # one decision's why, in words
 
 The dashboard (controls, live updates, replay, exports)::
 
@@ -33,14 +34,14 @@ from minfer.viz.dashboard import Dashboard, Knobs, live, replay, request_metrics
 from minfer.viz.export import export_html
 from minfer.viz.frame import FrameOptions, dashboard_frame
 from minfer.viz.latency import latency_chart, latency_data, latency_figure
-from minfer.viz.narration import Decision, decisions, narrate
+from minfer.viz.narration import Sentence, explain, narrate, sentences
 from minfer.viz.queues import queue_chart, queue_data, queue_figure
 from minfer.viz.recorder import Recorder, Recording
 from minfer.viz.scenarios import SCENARIOS, scenario
 from minfer.viz.style import ColorMap
 
-__all__ = ["SCENARIOS", "ColorMap", "Dashboard", "Decision", "FrameOptions", "Knobs", "Recorder", "Recording",
-           "batch_chart", "batch_data", "batch_figure", "block_grid", "dashboard_frame", "decisions", "export_html",
+__all__ = ["SCENARIOS", "ColorMap", "Dashboard", "FrameOptions", "Knobs", "Recorder", "Recording", "Sentence",
+           "batch_chart", "batch_data", "batch_figure", "block_grid", "dashboard_frame", "explain", "export_html",
            "grid_data", "grid_figure", "latency_chart", "latency_data", "latency_figure", "live", "narrate",
-           "queue_chart", "queue_data", "queue_figure", "replay", "request_metrics", "scenario", "step_states",
-           "style", "timeline_chart", "timeline_data", "timeline_figure"]
+           "queue_chart", "queue_data", "queue_figure", "replay", "request_metrics", "scenario", "sentences",
+           "step_states", "style", "timeline_chart", "timeline_data", "timeline_figure"]

@@ -23,7 +23,7 @@ import plotly.graph_objects as go
 
 from minfer.request import RequestMetrics
 from minfer.trace import StepTrace
-from minfer.viz.narration import FINISH_WORDS, QUEUE_ENDINGS, request_info, row_label
+from minfer.viz.narration import QUEUE_ENDINGS, ending, request_info, row_label
 from minfer.viz.style import (
     PHASES,
     ColorMap,
@@ -141,7 +141,8 @@ class Segment:
 class Finish:
     request: str
     step: int
-    reason: str
+    reason: str  # its finish reason
+    why: str  # ... in words (viz.narration)
 
 
 @dataclass(slots=True)
@@ -219,7 +220,7 @@ def timeline_data(trace: Sequence[StepTrace], metrics: Mapping[str, RequestMetri
             else:
                 seg = open_[rid] = Segment(rid, state, t.step, t.step + 1)
                 segments.append(seg)
-    finishes = [Finish(rid, t.step, t.finish_reasons.get(rid, "")) for t in trace if t.step >= since
+    finishes = [Finish(rid, t.step, t.finish_reasons.get(rid, ""), ending(t, rid)) for t in trace if t.step >= since
                 for rid in t.finished]
     return TimelineData(sorted(first_seen, key=first_seen.__getitem__), segments, finishes)
 
@@ -247,8 +248,8 @@ def timeline_figure(trace: Sequence[StepTrace], metrics: Mapping[str, RequestMet
     bars.append(dict(
         type="scatter", mode="markers", name="finished", showlegend=False, hoverinfo="text",
         x=[f.step + 0.5 for f in d.finishes], y=[label[f.request] for f in d.finishes],
-        hovertext=[f"{f.request} {'refused' if r else 'finished'} at step {f.step}: "
-                   f"{FINISH_WORDS.get(f.reason, f.reason)}" for f, r in zip(d.finishes, refused)],
+        hovertext=[f"{f.request} {'refused' if r else 'finished'} at step {f.step}: {f.why}"
+                   for f, r in zip(d.finishes, refused)],
         marker=dict(symbol=["x-thin-open" if r else "line-ns-open" for r in refused], color="#111111",
                     size=round(14 * scale), line=dict(width=3, color="#111111"))))
     if legend:

@@ -20,7 +20,7 @@ from minfer.trace import StepTrace
 from minfer.viz.batch import batch_figure, timeline_data, timeline_figure
 from minfer.viz.blocks import grid_figure
 from minfer.viz.latency import latency_figure
-from minfer.viz.narration import decisions, request_info
+from minfer.viz.narration import quiet, request_info, sentences
 from minfer.viz.queues import queue_figure
 from minfer.viz.recorder import Recording
 from minfer.viz.style import ALARM, PHASE_COLORS, PHASE_LABELS, ColorMap, rgba
@@ -91,13 +91,10 @@ def narration_html(t: StepTrace | None, colors: ColorMap) -> str:
     if t is None:
         return "the scheduler has not decided anything yet"
     parts = []
-    for d in decisions(t):
-        verb = f"<b style='color:{ALARM}'>preempted</b>" if d.kind == "preempted" else d.kind
-        parts.append(f"{verb} {_name(d.request, colors)} ({html.escape(d.why)})")
-    if not parts:
-        parts = [f"no admission, preemption or finish: {t.batch_size} requests computed {t.num_tokens} tokens"
-                 if t.num_tokens else "idle: nothing to compute"]
-    return f"<b>step {t.step}</b> · " + " · ".join(parts)
+    for s in sentences(t):
+        verb = f"<b style='color:{ALARM}'>preempted</b>" if s.kind == "preempted" else s.kind
+        parts.append(f"{verb} {_name(s.request, colors)} ({html.escape(s.why)})")
+    return f"<b>step {t.step}</b> · " + " · ".join(parts or [quiet(t)])
 
 
 def _swatch(style: str) -> str:

@@ -1,13 +1,17 @@
-"""What the scheduler decided, in words: one line per step, from the ``StepTrace`` alone.
+"""What the scheduler decided, in words: the one place where its decisions become sentences.
 
-A chart shows *that* r4 turned red at step 37; a lecture needs *why*. Every step the engine records who it
-admitted, preempted and finished, and (``StepTrace.reasons``) one short phrase per decision -- "pool full:
-r4 is the most recently admitted running request". ``decisions`` lists them, ``narrate`` makes the dashboard's line::
+A chart shows *that* r9 turned red at step 34; a lecture needs *why*. The scheduler records every decision as
+data (``minfer.plan``: ``Admitted``, ``Chunked``, ``Preempted``, ``NotAdmitted``, ``Ended``, each with the numbers
+behind it) and the engine copies them into the step's ``StepTrace.decisions``. This module renders them:
+``explain`` says why for one decision, ``sentences`` lists a step's decisions, ``narrate`` makes the dashboard's
+line::
 
-    step 37 · preempted r9 (pool full: r9 is the newest running request) · finished r2 (max_tokens reached)
+    step 34 · preempted r9 (pool full: r7 needed a block; r9 is the most recently admitted running request;
+    recomputes: its 55 computed tokens are dropped) · kept waiting r10 (memory ran short: ...)
 
-A trace recorded before the engine kept reasons (loaded from an older file: its ``reasons`` are empty) still
-narrates: the phrase is then built from the other fields (the finish reason, the prompt positions computed).
+The words live here, not in the scheduler, so that the scheduler's file is its algorithm, tests assert on numbers
+rather than on phrases, and the wording can change in one place. A trace recorded before the engine kept decisions
+(an older file: its ``decisions`` are empty) still narrates: the phrase is then built from the other fields.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from minfer.plan import Admitted, Chunked, Decision, Ended, NotAdmitted, Preempted
 from minfer.trace import StepTrace
 
 FINISH_WORDS = {
@@ -27,40 +32,131 @@ FINISH_WORDS = {
 }
 QUEUE_ENDINGS = ("rejected", "timeout")  # finished without ever running: refused, not finished
 
+ORDER = (Admitted, Chunked, Preempted, Ended, NotAdmitted)  # the order a step's sentences are told in
+
 
 @dataclass(slots=True)
-class Decision:
-    kind: str  # "admitted" | "preempted" | "finished" | "refused"
+class Sentence:
+    kind: str  # "admitted" | "chunked" | "preempted" | "finished" | "refused" | "kept waiting"
     request: str
     why: str
 
 
-def decisions(t: StepTrace) -> list[Decision]:
-    """The step's admissions, preemptions and endings, each with the scheduler's reason."""
-    reasons = t.reasons
+def explain(d: Decision) -> str:
+    """Why the scheduler took decision ``d``, in a phrase."""
+    if isinstance(d, Admitted):
+        return _admitted(d)
+    if isinstance(d, Chunked):
+        budget = "prompt budget" if d.limit == "prompt_budget" else "token budget"
+        return (f"tokens {d.start}–{d.start + d.tokens - 1} of {d.start + d.remaining} this step; the {budget} "
+                f"({d.budget} tokens a step) is spent, the rest waits")
+    if isinstance(d, Preempted):
+        return _preempted(d)
+    if isinstance(d, NotAdmitted):
+        return _not_admitted(d)
+    return _ended(d)
+
+
+def _admitted(d: Admitted) -> str:
+    resume = {"swap_in": f"resumes after preemption, swapping in {d.swapped_blocks} blocks ({d.swapped_tokens} "
+                         "tokens): ",
+              "recompute": "resumes after preemption, recomputing: ", "": ""}[d.resumed]
+    cached = f", {d.cached_tokens} tokens from the prefix cache" if d.cached_tokens else ""
+    return f"{resume}{d.tokens} tokens this step, {d.blocks} of {d.free_blocks} free blocks{cached}"
+
+
+def _preempted(d: Preempted) -> str:
+    if d.cause == "priority":
+        why = (f"priority: {d.by} (priority {d.by_priority}) outranks it (priority {d.priority}) and could not "
+               "start otherwise")
+    elif d.by == d.request:
+        why = f"pool full: it needed a block, and it is itself {d.victim_rule}"
+    else:
+        why = f"pool full: {d.by} needed a block; {d.request} is {d.victim_rule}"
+    if d.swapped_blocks:
+        return f"{why}; swapped out: {d.swapped_blocks} blocks ({d.tokens} tokens) copied to host memory"
+    full = f" (host pool full: {d.host_blocks_needed} blocks needed, {d.host_blocks_free} free)" if d.host_full else ""
+    return f"{why}; recomputes: its {d.tokens} computed tokens are dropped{full}"
+
+
+def _not_admitted(d: NotAdmitted) -> str:
+    return {
+        "step_preempted": "memory ran short: a step that preempts admits nobody, who would only be preempted next",
+        "token_budget": f"the token budget ({d.have} tokens a step) is spent",
+        "chunk_limit": f"the step has all the prompt chunks it may: max_prefill_chunks_per_step={d.have}",
+        "prompt_budget": f"the prompt budget ({d.have} tokens a step) is spent",
+        "max_num_seqs": f"every sequence slot is taken: max_num_seqs={d.have}",
+        "prompt_too_long": f"unchunked, its {d.need} tokens must run in one step, and {d.have} are left in this one",
+        "no_free_blocks": f"too few free KV blocks: it needs {d.need}, {d.have} are free",
+    }[d.cause]
+
+
+def _ended(d: Ended) -> str:
+    if d.cause == "eos":
+        return f"EOS token {d.detail}"
+    if d.cause == "stop_token":
+        return f"stop token {d.detail}"
+    if d.cause == "stop_string":
+        return f"stop string {d.detail!r}"
+    if d.cause in ("max_tokens", "max_model_len"):
+        return f"{d.cause}={d.detail} reached"
+    if d.cause == "abort":
+        return "aborted"
+    return str(d.detail) if d.detail else d.reason  # refused or timed out: the scheduler's message; error: the error
+
+
+def ending(t: StepTrace, request: str) -> str:
+    """Why ``request`` ended in step ``t``, in a phrase (from a trace without decisions: its finish reason)."""
+    ended = next((d for d in t.decisions if isinstance(d, Ended) and d.request == request), None)
+    if ended is not None:
+        return explain(ended)
+    finish = t.finish_reasons.get(request, "")
+    return FINISH_WORDS.get(finish, finish or "finished")
+
+
+def kind_of(d: Decision) -> str:
+    """The verb a sentence starts with."""
+    if isinstance(d, Ended):
+        return "refused" if d.reason in QUEUE_ENDINGS else "finished"
+    return "kept waiting" if isinstance(d, NotAdmitted) else d.kind
+
+
+def sentences(t: StepTrace) -> list[Sentence]:
+    """The step's decisions in words: admissions, chunks, preemptions, endings, and who was kept waiting."""
+    if not t.decisions:
+        return _from_older_trace(t)
+    ordered = sorted(t.decisions, key=lambda d: ORDER.index(type(d)))
+    return [Sentence(kind_of(d), d.request, explain(d)) for d in ordered]
+
+
+def _from_older_trace(t: StepTrace) -> list[Sentence]:
+    """A trace without decisions (an older file): what its other fields tell."""
     out = []
     for rid in t.admitted:
-        why = reasons.get(rid)
-        if why is None and rid in t.prefill_tokens:
+        why = "joins the batch"
+        if rid in t.prefill_tokens:
             start, n = t.positions.get(rid, 0), t.prefill_tokens[rid]
             why = f"prompt tokens {start}–{start + n - 1} this step"
-        out.append(Decision("admitted", rid, why or "joins the batch"))
+        out.append(Sentence("admitted", rid, why))
     for rid in t.preempted:
-        why = reasons.get(rid) or "KV blocks ran out: its blocks go to requests ranked above it; it will recompute"
-        out.append(Decision("preempted", rid, why))
+        out.append(Sentence("preempted", rid,
+                            "KV blocks ran out: its blocks go to requests ranked above it; it will recompute"))
     for rid in t.finished:
-        finish = t.finish_reasons.get(rid, "")
-        why = reasons.get(rid) or FINISH_WORDS.get(finish, finish or "finished")
-        out.append(Decision("refused" if finish in QUEUE_ENDINGS else "finished", rid, why))
+        refused = t.finish_reasons.get(rid, "") in QUEUE_ENDINGS
+        out.append(Sentence("refused" if refused else "finished", rid, ending(t, rid)))
     return out
+
+
+def quiet(t: StepTrace) -> str:
+    """What to say of a step in which the scheduler decided nothing worth a sentence."""
+    if t.num_tokens:
+        return f"no admission, preemption or finish: {t.batch_size} requests computed {t.num_tokens} tokens"
+    return "idle: nothing to compute"
 
 
 def narrate(t: StepTrace) -> str:
     """One line: what the scheduler decided in step ``t`` and why."""
-    parts = [f"{d.kind} {d.request} ({d.why})" for d in decisions(t)]
-    if not parts:
-        parts = [f"no admission, preemption or finish: {t.batch_size} requests computed {t.num_tokens} tokens"
-                 if t.num_tokens else "idle: nothing to compute"]
+    parts = [f"{s.kind} {s.request} ({s.why})" for s in sentences(t)] or [quiet(t)]
     return f"step {t.step} · " + " · ".join(parts)
 
 

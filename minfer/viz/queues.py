@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from minfer.trace import StepTrace
-from minfer.viz.narration import decisions
+from minfer.viz.narration import sentences
 from minfer.viz.style import (
     ALARM,
     CACHED_RIM,
@@ -72,7 +72,7 @@ def queue_figure(trace: Sequence[StepTrace], scale: float = 1.0, height: int = 3
     requests' names) the steps that preempted."""
     d = queue_data(trace)
     hit = [i for i, n in enumerate(d.preempted) if n]
-    why = {t.step: [x for x in decisions(t) if x.kind == "preempted"] for t in trace if t.preempted}
+    why = {t.step: [x for x in sentences(t) if x.kind == "preempted"] for t in trace if t.preempted}
     dark = PHASE_COLORS["decode"]
     data = [
         _steps_line("waiting", d.steps, d.waiting, "waiting", line=dict(color=dark, width=2, dash="dash")),

@@ -16,7 +16,7 @@ An instructor records a run on a GPU and replays it on a laptop.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,9 +26,6 @@ from minfer.trace import StepTrace
 
 if TYPE_CHECKING:
     from minfer.engine import LLMEngine
-
-_STEP_FIELDS = {f.name for f in fields(StepTrace)}
-
 
 @dataclass(slots=True)
 class Recording:
@@ -73,7 +70,7 @@ class Recording:
                 if not line.strip():
                     continue
                 d = json.loads(line)
-                rec.trace.append(StepTrace(**{k: v for k, v in d.items() if k in _STEP_FIELDS}))
+                rec.trace.append(StepTrace.from_dict(d))
                 snap = d.get("snapshot")
                 rec.snapshots.append(PoolSnapshot(**snap) if snap else None)
                 rec.gpu_memory.append(d.get("gpu_memory"))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from minfer.exercises.checks.common import cpu_sim_engine, greedy, same_schedule_as_reference, sim_engine
 from minfer.exercises.harness import Measurement, Tester
+from minfer.plan import StepBudget
 from minfer.request import SamplingParams
-from minfer.scheduler.scheduler import StepBudget
 
 
 def measure_chunked_steps() -> Measurement:

@@ -122,7 +122,7 @@ def check_victim(t: Tester) -> None:
         assert outs[10] == outs[100], "preemption changed the generated tokens"
 
     with t.case("the same decisions as the reference, step by step, on two workloads under memory pressure",
-                hint="print engine.trace[i].describe() and engine.trace[i].reasons around the step named above"):
+                hint="print engine.trace[i].describe() and viz.narrate(engine.trace[i]) around the step named above"):
         def burst():
             e = cpu_sim_engine(block_size=4, num_blocks=14, max_num_seqs=6, chunked_prefill_size=10)
             for i, (p, n) in enumerate([(9, 20), (14, 9), (6, 26), (11, 14), (3, 22), (17, 6)]):
