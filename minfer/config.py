@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Protocol
 
-from minfer import fields as check
+from minfer import input_checks as check
 from minfer.types import (
     AdmissionMode,
     BackendName,

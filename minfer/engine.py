@@ -27,7 +27,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from minfer import fields
+from minfer import input_checks
 from minfer.config import SPEED_UPS, EngineConfig
 from minfer.detokenizer import Detokenizer
 from minfer.executor import ExecutorSetup, ModelOutput
@@ -110,7 +110,7 @@ class LLMEngine:
 
         The engine keeps its own checked copy of ``params``: changing the caller's object later cannot reach
         a request that is already running."""
-        request_id = fields.text("request_id", request_id)  # type: ignore[assignment]
+        request_id = input_checks.text("request_id", request_id)  # type: ignore[assignment]
         if request_id in self.scheduler.requests:
             raise ValueError(f"request_id {request_id!r} is already in use by an unfinished request")
         if params is None:
@@ -120,10 +120,10 @@ class LLMEngine:
         params = replace(params)  # a fresh, re-validated copy (its lists are new lists)
         if self.vocab_size is not None:
             params.check_vocabulary(self.vocab_size)
-        priority = fields.integer("priority", priority, -fields.INT32_MAX - 1, fields.INT32_MAX)
-        tenant = fields.text("tenant", tenant, optional=True)
+        priority = input_checks.integer("priority", priority, -input_checks.INT32_MAX - 1, input_checks.INT32_MAX)
+        tenant = input_checks.text("tenant", tenant, optional=True)
         if arrival_time is not None:
-            arrival_time = fields.real("arrival_time", arrival_time, 0.0)
+            arrival_time = input_checks.real("arrival_time", arrival_time, 0.0)
         ids = self._tokenize(prompt)
         if not ids:
             raise ValueError("prompt is empty: a request needs at least one prompt token")
@@ -152,7 +152,7 @@ class LLMEngine:
         high = self.vocab_size - 1 if self.vocab_size is not None else None
         if not isinstance(prompt, (list, tuple)):
             raise ValueError(f"prompt must be a string or a list of token ids, got {type(prompt).__name__}")
-        return fields.integer_list("prompt token ids", prompt, 0, high)
+        return input_checks.integer_list("prompt token ids", prompt, 0, high)
 
     def abort_request(self, request_id: str) -> bool:
         """Stop a request now (its blocks are freed); False if no unfinished request has that id."""

@@ -13,7 +13,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from minfer import fields
+from minfer import input_checks
 from minfer.types import FinishReason, allowed
 
 if TYPE_CHECKING:
@@ -55,19 +55,19 @@ class SamplingParams:
 
     def validate(self) -> None:
         """Check (and normalize) every field; raise ``ValueError`` naming the field and its allowed values."""
-        self.max_tokens = fields.integer("max_tokens", self.max_tokens, 1)
-        self.temperature = fields.real("temperature", self.temperature, 0.0, MAX_TEMPERATURE)
-        self.top_p = fields.real("top_p", self.top_p, 0.0, 1.0, low_open=True)
-        self.top_k = fields.integer("top_k", self.top_k, -1)
+        self.max_tokens = input_checks.integer("max_tokens", self.max_tokens, 1)
+        self.temperature = input_checks.real("temperature", self.temperature, 0.0, MAX_TEMPERATURE)
+        self.top_p = input_checks.real("top_p", self.top_p, 0.0, 1.0, low_open=True)
+        self.top_k = input_checks.integer("top_k", self.top_k, -1)
         if self.top_k == 0:
             raise ValueError("top_k must be -1 (all tokens) or >= 1, got 0")
         if self.seed is not None:
-            self.seed = fields.integer("seed", self.seed, 0, fields.INT63_MAX)
+            self.seed = input_checks.integer("seed", self.seed, 0, input_checks.INT63_MAX)
         if self.stop is not None:
-            self.stop = fields.text_list("stop", self.stop)
+            self.stop = input_checks.text_list("stop", self.stop)
         if self.stop_token_ids is not None:
-            self.stop_token_ids = fields.integer_list("stop_token_ids", self.stop_token_ids)
-        fields.boolean("ignore_eos", self.ignore_eos)
+            self.stop_token_ids = input_checks.integer_list("stop_token_ids", self.stop_token_ids)
+        input_checks.boolean("ignore_eos", self.ignore_eos)
 
     def check_vocabulary(self, vocab_size: int) -> None:
         """What only the engine can check: token ids and ``top_k`` within its model's vocabulary."""

@@ -207,11 +207,11 @@ def test_a_token_list_is_checked_in_bulk_but_a_refusal_names_the_entry():
     """Plain ints take the fast path; NumPy ints and a bad entry go element by element."""
     import numpy as np
 
-    from minfer import fields
+    from minfer import input_checks
 
-    assert fields.integer_list("ids", (3, 4, 5), 0, 9) == [3, 4, 5]
-    converted = fields.integer_list("ids", [np.int64(3), 4], 0, 9)
+    assert input_checks.integer_list("ids", (3, 4, 5), 0, 9) == [3, 4, 5]
+    converted = input_checks.integer_list("ids", [np.int64(3), 4], 0, 9)
     assert converted == [3, 4] and all(type(v) is int for v in converted)
     for bad, entry in (([1] * 500 + [10], "ids[500]"), ([1, True], "ids[1]"), ([-1, 2], "ids[0]")):
         with pytest.raises(ValueError, match=re.escape(entry)):
-            fields.integer_list("ids", bad, 0, 9)
+            input_checks.integer_list("ids", bad, 0, 9)
