@@ -18,8 +18,7 @@ PYTEST_ARGS ?=
 TESTS       ?= tests
 NOTEBOOKS   ?= notebooks
 
-.PHONY: setup linked-venv lab test test-unit test-notebooks test-gpu notebooks bench bench-peers lint clean student \
-	check grade
+.PHONY: setup linked-venv lab test test-unit test-notebooks test-gpu notebooks bench bench-peers lint clean student check grade
 
 # A .venv that is a link belongs to another checkout: make student links build/student/.venv to this one's. Nothing is
 # installed into it (pip install -e . would point the other checkout's minfer here), and PYTHONPATH puts this tree's
