@@ -7,6 +7,7 @@ runs the ``check`` rule alone, with this environment's Python (``VENV`` pointed 
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shutil
@@ -133,14 +134,32 @@ def test_the_stand_in_note_names_what_stood_in_and_why():
     assert only.stand_in_note() == "during this check the reference stood in for E5.1, not written yet"
 
 
-def test_a_check_splits_the_other_exercises_into_unwritten_and_set_aside(monkeypatch):
+def test_a_check_names_the_stand_ins_it_called_unwritten_or_set_aside(monkeypatch):
     assert (run_exercise("E10.1").stand_ins, run_exercise("E10.1").set_aside) == ([], []), \
         "in the repository every region is the reference: nothing stands in"
-    # as in a student build that has written E3.1 and not started E5.1
-    monkeypatch.setattr(StandIns, "install", lambda self, exercises, only_stubs=True, always=False: ["E3.1", "E5.1"])
-    monkeypatch.setattr(checking, "build_states", lambda: {"E3.1": "written", "E5.1": "not started"})
+
+    def install(self, exercises, only_stubs=True, always=False):  # as in a student build: every other one swapped
+        self.exercises += ["E3.1", "E5.1", "E6.1"]
+        self.ran |= {"E3.1", "E5.1"}  # ... and E6.1's stand-in never called
+        return ["E3.1", "E5.1", "E6.1"]
+
+    monkeypatch.setattr(StandIns, "install", install)
+    monkeypatch.setattr(checking, "build_states", lambda: {"E3.1": "written", "E5.1": "not started",
+                                                           "E6.1": "not started"})
     result = run_exercise("E10.1")
     assert result.passed and result.stand_ins == ["E5.1"] and result.set_aside == ["E3.1"]
+
+
+def test_a_stand_in_notes_when_it_is_called_and_still_shows_the_students_code():
+    from minfer.kv.block_pool import BlockPool
+
+    student = BlockPool.__dict__["blocks_for"]
+    with StandIns() as swaps:
+        assert swaps.install(["E3.1"], always=True) == ["E3.1"] and swaps.ran == set()
+        assert BlockPool.__dict__["blocks_for"] is not student
+        assert inspect.unwrap(BlockPool.__dict__["blocks_for"]) is student  # what show_source follows
+        assert BlockPool(4, 16).blocks_for(17) == 2 and swaps.ran == {"E3.1"}
+    assert BlockPool.__dict__["blocks_for"] is student and swaps.ran == set()
 
 
 def make(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:

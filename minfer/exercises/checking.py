@@ -75,10 +75,7 @@ def run_exercise(exercise_id: str, answer: float | None = None, timeout: float =
     t = Tester()
     start = time.perf_counter()
     with StandIns() as swaps:
-        swapped = swaps.install(others, only_stubs=False)  # the reference for everything but ex
-        states = build_states()
-        result.stand_ins = [e for e in swapped if states.get(e) == "not started"]
-        result.set_aside = [e for e in swapped if states.get(e) != "not started"]
+        swaps.install(others, only_stubs=False)  # the reference for everything but ex
         try:
             with time_limit(timeout):
                 if ex.kind == "build":
@@ -96,6 +93,10 @@ def run_exercise(exercise_id: str, answer: float | None = None, timeout: float =
             result.stub = stub_in(e)
             result.message = failure_message(e)
             result.where = package_frames(e)
+        ran = [e for e in swaps.exercises if e in swaps.ran]  # the stand-ins this check called
+    states = build_states()  # not started: the stub; else the student's own code, set aside for this check
+    result.stand_ins = [e for e in ran if states.get(e) == "not started"]
+    result.set_aside = [e for e in ran if states.get(e) != "not started"]
     result.case, result.hint = (t.case_name, t.hint) if result.status != "passed" else (None, "")
     result.cases_passed = len(t.passed)
     result.seconds = time.perf_counter() - start
