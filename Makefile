@@ -37,8 +37,8 @@ linked-venv:
 # Re-runs when pyproject.toml (or this Makefile) changes; otherwise a no-op.
 $(STAMP): pyproject.toml Makefile
 	@test -x $(BIN)/python || { echo "No $(VENV) here: installing minfer's environment into a new one (torch," \
-	"JupyterLab, the model: about 2.9 GB, several minutes, once). To use an existing one instead, stop now (Ctrl-C)" \
-	"and link it: ln -s /path/to/minfer/.venv $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	"JupyterLab, the model: about 2.9 GB, several minutes, once). To use an existing one instead: Ctrl-C," \
+	"rm -rf $(VENV), ln -s /path/to/minfer/.venv $(VENV), and make again"; $(PYTHON) -m venv $(VENV); }
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install --quiet -e ".[dev]"

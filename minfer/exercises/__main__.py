@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         b = build_student_copy(ROOT, Path(args.out))
         print(f"student build in {b.path}: {b.files} files, {b.regions} exercise regions stubbed, "
               f"{b.solution_cells} solution cells removed and {b.cleared_outputs} outputs cleared in "
-              f"{b.notebooks} notebooks. There: make lab (the course), make test, make check EX=E3.1")
+              f"{b.notebooks} notebooks. There: make lab (the course), make test, make check EX=E3.1, "
+              "python -m minfer.exercises list")
         return 0
     if args.command == "grade":
         from minfer.exercises.grade import grade
