@@ -3,9 +3,9 @@
 #   make test   create .venv if needed, install, run pytest and every notebook under nbval
 # Partial runs (docs/development.md): make test-unit, make test-notebooks NOTEBOOKS=notebooks/05_chunked_prefill.ipynb,
 # PYTEST_ARGS="-x -k engine" for either or for make test.
-# The course as exercises (docs/course.md; docs/instructor.md):
+# The course as exercises (docs/course.md; docs/instructor.md; python -m minfer.exercises list / show E3.1):
 #   make student                 write build/student/: the repository with every exercise to write
-#   make check EX=E3.1           check one exercise (without EX: every build exercise)
+#   make check EX=E3.1           check one exercise (without EX: every build exercise; a prediction: ANSWER=4)
 #   make grade SUBMISSIONS="..." every build check on each student's copy, one table
 SHELL := /bin/bash
 PYTHON ?= python3.11
@@ -18,13 +18,27 @@ PYTEST_ARGS ?=
 TESTS       ?= tests
 NOTEBOOKS   ?= notebooks
 
-.PHONY: setup lab test test-unit test-notebooks test-gpu notebooks bench bench-peers lint clean student check grade
+.PHONY: setup linked-venv lab test test-unit test-notebooks test-gpu notebooks bench bench-peers lint clean student check grade
 
-setup: $(STAMP)
+# A .venv that is a link belongs to another checkout: make student links build/student/.venv to this one's. Nothing is
+# installed into it (pip install -e . would point the other checkout's minfer here), and PYTHONPATH puts this tree's
+# package first, so that make lab, make test and make check run this tree's code.
+LINKED_VENV := $(shell test -L $(VENV) && echo yes)
+ifdef LINKED_VENV
+export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
+endif
+
+setup: $(if $(LINKED_VENV),linked-venv,$(STAMP))
+
+linked-venv:
+	@test -x $(BIN)/python || { echo "$(VENV) links to $$(readlink $(VENV)), which holds no Python: run make setup" \
+	"there, or rm $(VENV) here to install an environment of its own (about 2.9 GB, several minutes)"; exit 1; }
 
 # Re-runs when pyproject.toml (or this Makefile) changes; otherwise a no-op.
 $(STAMP): pyproject.toml Makefile
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@test -x $(BIN)/python || { echo "No $(VENV) here: installing minfer's environment into a new one (torch," \
+	"JupyterLab, the model: about 2.9 GB, several minutes, once). To use an existing one instead: Ctrl-C," \
+	"rm -rf $(VENV), ln -s /path/to/minfer/.venv $(VENV), and make again"; $(PYTHON) -m venv $(VENV); }
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
@@ -76,11 +90,20 @@ test-gpu: setup
 notebooks: setup
 	$(BIN)/python scripts/run_notebooks.py
 
+# The student build uses this checkout's environment (build/student/.venv is a link to it), not a second one of 2.9 GB.
 student: setup
 	$(BIN)/python -m minfer.exercises student build/student
+	@ln -s ../../$(VENV) build/student/$(VENV)
+	@echo "build/student/$(VENV) links to this checkout's $(VENV): nothing more to install there. (For an" \
+	"environment of its own: rm build/student/$(VENV); its next make installs one. Before handing the build out," \
+	"remove the link: docs/instructor.md.)"
 
+# A check that does not pass exits with status 1, so that scripts and CI can tell; make then adds its own line,
+# "make: *** [Makefile:N: check] Error 1". The rule says first, in one line, that this is the verdict and no crash.
 check: setup
-	$(BIN)/python -m minfer.exercises check $(if $(EX),$(EX),--all)
+	@$(BIN)/python -m minfer.exercises check $(if $(EX),$(EX) $(ANSWER),--all) || { rc=$$?; [ $$rc -ne 1 ] || \
+	echo "make check: not passed yet -- exit status 1, which make reports as \"Error 1\" below: a verdict, not a crash"; \
+	exit $$rc; }
 
 grade: setup
 	@test -n "$(SUBMISSIONS)" || { echo 'usage: make grade SUBMISSIONS="path/to/copies/*" [CSV=grades.csv]'; exit 2; }

@@ -10,7 +10,8 @@ Chapters 01-10 set three kinds of exercises, numbered ``E<chapter>.<n>`` (``cata
     reveal("E3.1")         # stuck? write the reference into your file (your attempt is saved first)
     status()               # every exercise and where you stand
 
-From a shell: ``make check EX=E3.1`` (or ``python -m minfer.exercises check E3.1``). ``make student`` makes
+From a shell: ``make check EX=E3.1`` (or ``python -m minfer.exercises check E3.1``; a prediction: ``check E3.2 4``),
+and ``python -m minfer.exercises list`` / ``show E3.1`` / ``status``. ``make student`` makes
 the copy students work in (``student.py``); ``stand_in()`` lets the reference run for exercises a student
 has not written yet, so later chapters still run (``standin.py``).
 """

@@ -51,8 +51,10 @@ def _e(id: str, chapter: int, section: str, title: str, task: str, minutes: int 
 EXERCISES: tuple[Exercise, ...] = (
     # 01 -- the KV cache and the two phases
     _b("E1.1", 1, "A KV cache", "the KV-cache step",
-       "Write the attend step of ContiguousKVCache.attention: store the new tokens' keys and values in their "
-       "strips, then attend each query to the keys at positions 0..its own.", "ch01:check_kv_cache", 30),
+       "Write the attend step of ContiguousKVCache.attention: store the new tokens' keys and values at their "
+       "positions in each row's strip (slots[row], not the row number), then attend each query to its strip's keys "
+       "at positions 0..its own -- never to a later position, or the padding a neighbour's prefill wrote there. "
+       "The new tokens may be a chunk that starts mid-sequence.", "ch01:check_kv_cache", 30),
     _p("E1.2", 1, "Prefill and decode, measured", "decode cost per token, batch 32 vs 1",
        "How many times cheaper per token is a decode step at batch 32 than at batch 1 (context 128)?",
        "ch01:measure_decode_batching"),
@@ -61,7 +63,9 @@ EXERCISES: tuple[Exercise, ...] = (
     # 02 -- static batching
     _b("E2.1", 2, "Request-level batching", "static batching's slot accounting",
        "Write baselines.slot_accounting: per forward pass of static batching, how many row-slots computed useful "
-       "tokens, padding, finished rows (bubbles), or sat idle.", "ch02:check_slot_accounting", 25),
+       "tokens, padding, finished rows (bubbles), or sat idle. A batch's prefill pads every prompt to its longest "
+       "and samples each row's first token; one decode pass follows per further token of its longest answer (none "
+       "after one-token answers); a last, smaller batch leaves slots idle.", "ch02:check_slot_accounting", 25),
     _p("E2.2", 2, "Request-level batching", "useful decode rows",
        "Chapter 02's 24 requests run in static batches of 8. What percentage of the decode rows compute a token "
        "that someone reads?", "ch02:measure_decode_share"),
@@ -70,9 +74,13 @@ EXERCISES: tuple[Exercise, ...] = (
        "do it well?"),
     # 03 -- the paged KV cache
     _b("E3.1", 3, "The BlockPool", "the BlockPool: allocate, append, free",
-       "Write BlockPool.blocks_for, blocks_needed, allocate, try_append_slots and free: blocks from the head of "
-       "the free list, a new block only when the last is full, nothing changed on failure, blocks back "
-       "tail-first when their last owner lets go.", "ch03:check_block_pool", 45),
+       "Write BlockPool.blocks_for, blocks_needed, allocate, try_append_slots and free. Blocks come from the head "
+       "of the free list, one reference each; a new owner gets a table even for 0 blocks or 0 tokens; a new block "
+       "is taken only when the last is full, and blocks_needed is never negative (a table may hold more blocks "
+       "than its tokens fill). When the pool is short, allocate raises BlockPoolError (so does a negative count) "
+       "and try_append_slots returns None, both changing nothing. free gives the blocks back tail-first, each to "
+       "the free list only when its last owner lets go, and raises BlockPoolError for an owner that holds no "
+       "table (unknown, or freed already).", "ch03:check_block_pool", 45),
     _p("E3.2", 3, "The BlockPool", "blocks after step 5",
        "A request with a 45-token prompt runs alone in a pool of 16-token blocks. How many blocks does it hold "
        "after step 5 (step 1 is its prefill)?", "ch03:measure_blocks_after_step5"),
@@ -81,8 +89,10 @@ EXERCISES: tuple[Exercise, ...] = (
     # 04 -- continuous batching
     _b("E4.1", 4, "The scheduler", "the scheduler's running-request loop",
        "Write Scheduler._schedule_running: every running request, in rank order, gets one decode token or its "
-       "next prompt chunk while the step has budget; grow its blocks (preempting if the pool is short) and "
-       "schedule it.", "ch04:check_running_loop", 45),
+       "next prompt chunk (as much of the rest of its prompt as the step's budget gives it) until the step's "
+       "token budget is spent; grow its blocks (preempting if the pool is short: stop if the request itself was "
+       "the victim), schedule it, tell the policy and spend the budget. Return whether anyone was preempted.",
+       "ch04:check_running_loop", 45),
     _p("E4.2", 4, "Run it", "forward passes",
        "The 24 requests of chapter 02 run with continuous batching, 8 at a time. How many forward passes (steps) "
        "will the engine take?", "ch04:measure_forward_passes"),
@@ -100,8 +110,9 @@ EXERCISES: tuple[Exercise, ...] = (
        "What does a smaller chunk buy, and what does it cost? Which users feel each side?"),
     # 06 -- preemption
     _b("E6.1", 6, "Preemption under memory pressure", "the preemption victim",
-       "Write Scheduler._make_room: grow a request's blocks, preempting the lowest-ranked running request until "
-       "the pool can; stop if the request itself was the victim.", "ch06:check_victim", 20),
+       "Write Scheduler._make_room: grow a request's blocks, preempting the lowest-ranked running request (the "
+       "last of the running list, which is kept in rank order) and trying again until the pool can; if the "
+       "request itself was the victim, stop there and return False.", "ch06:check_victim", 20),
     _p("E6.2", 6, "A burst into a small pool", "how many preemptions",
        "Chapter 06's eight chat requests (48 output tokens each) arrive at once in a pool of 16 blocks of 8 "
        "tokens. How many preemptions happen before all finish?", "ch06:measure_preemptions"),
@@ -111,8 +122,9 @@ EXERCISES: tuple[Exercise, ...] = (
     # 07 -- Triton kernels
     _b("E7.1", 7, "4. The paged-attention kernel", "the online-softmax loop",
        "Write the loop of paged_attention_kernel: for each tile of BLOCK_N keys, find their blocks through the "
-       "block table, load keys, score, mask causally, and fold the tile into the running max, sum and "
-       "weighted values.", "ch07:check_online_softmax", 45),
+       "block table, load keys, score, mask causally (and keys past the context's end, and dimensions past "
+       "head_dim), and fold the tile into the running max, sum and weighted values -- rescaling what was summed "
+       "when the maximum rises, so that no raw score is ever exponentiated.", "ch07:check_online_softmax", 45),
     _p("E7.2", 7, "1. What the reference does -- and what it wastes", "bytes moved, reference vs kernel",
        "For one decode step of 32 requests with contexts between 20 and 600 tokens, how many times the bytes "
        "attention needs does the reference move (gather, write the copy, read it again)?",
@@ -122,9 +134,11 @@ EXERCISES: tuple[Exercise, ...] = (
        "running maximum?"),
     # 08 -- prefix caching
     _b("E8.1", 8, "3. Admission: look up, share, compute the rest", "prefix lookup and share",
-       "Write Scheduler._prefix_hits (which of a request's block hashes to look up: never its last token), "
-       "BlockPool.lookup (the cached blocks of the longest matching prefix) and BlockPool.share (start a table "
-       "with them: references, the free list, computed tokens).", "ch08:check_prefix_sharing", 35),
+       "Write Scheduler._prefix_hits (which of a request's block hashes to look up: full blocks only, never its "
+       "last token), BlockPool.lookup (the cached blocks of the longest matching prefix: a miss ends it; nothing "
+       "taken) and BlockPool.share (start a table with them: a reference each, a free cached block taken out of "
+       "the free list, their tokens counted as held; an owner that has a table already, or a block that is not "
+       "cached, raises BlockPoolError and changes nothing).", "ch08:check_prefix_sharing", 35),
     _p("E8.2", 8, "3. Admission: look up, share, compute the rest", "tokens served from the cache",
        "Six requests share a 200-token system prompt and add 30 tokens of their own (16-token blocks), admitted "
        "one per step. How many prompt tokens does the cache serve in all?", "ch08:measure_cached_tokens"),
@@ -132,15 +146,18 @@ EXERCISES: tuple[Exercise, ...] = (
        "Why is a prompt's last block evicted before its first? Give a workload where LRU is the wrong choice."),
     # 09 -- policies and SLAs
     _b("E9.1", 9, "2. Priority", "a new policy: shortest job first",
-       "Write ShortestJobFirstPolicy.order and .rank: the least work (prompt + max_tokens) first, a preempted "
-       "request ahead of its equals, and a running rank that never changes. Graded by goodput on a fixed "
-       "simulated workload.", "ch09:check_sjf", 30),
+       "Write ShortestJobFirstPolicy.order and .rank: the least work (prompt + max_tokens) first, ties by "
+       "arrival, a preempted request ahead of its equals, and a running rank that never changes while the "
+       "request runs (so preemption takes the longest job). Graded by goodput on a fixed simulated workload: it "
+       "must beat first come, first served.", "ch09:check_sjf", 30),
     _e("E9.2", 9, "5. Queue timeouts", "what SJF does to long jobs",
        "Under steady load, what happens to a 1,000-token job behind a stream of short ones with SJF? Propose a "
        "fix from this chapter's knobs and say what it costs."),
     # 10 -- benchmarking and simulation
     _b("E10.1", 10, "1. What a serving benchmark measures", "goodput: did a request meet its SLO?",
-       "Write SLO.met_by: a request counts toward goodput only if it was served and met every target given.",
+       "Write SLO.met_by: a request counts toward goodput only if it was served (finished by 'stop' or 'length') "
+       "and met every target given (a target of None is none; exactly at the target counts; a one-token answer "
+       "has no TPOT to miss).",
        "ch10:check_slo", 15),
     _p("E10.2", 10, "2. A roofline per step", "a decode step on an H100",
        "How many milliseconds does one decode step of Llama-3-8B (bfloat16) at batch 1, with 1,024 tokens of "

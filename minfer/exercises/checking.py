@@ -4,7 +4,8 @@
 root. A fresh interpreter imports the package from the files as they are now -- the student's latest
 edit, even if the notebook imported an older version -- and nothing the check does can touch the
 notebook's engine. ``run_exercise`` is what that process runs: the reference stands in for every *other*
-exercise (each check grades one exercise only), the checker runs under a time limit, and every swap is
+exercise (each check grades one exercise only: for those not written yet, and for the student's own, set
+aside so that a bug there cannot fail this check), the checker runs under a time limit, and every swap is
 undone afterwards, so ``check --all`` can run every exercise in one process.
 """
 
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from minfer.exercises.catalog import EXERCISES, Exercise, get
 from minfer.exercises.harness import CheckResult, Tester, package_frames, stub_in
+from minfer.exercises.progress import build_states, record
 from minfer.exercises.standin import ROOT, StandIns
 
 CHECK_TIMEOUT = 120.0  # seconds; every check takes well under 30 on a 2-core CPU -- more means a loop that never ends
@@ -73,7 +75,7 @@ def run_exercise(exercise_id: str, answer: float | None = None, timeout: float =
     t = Tester()
     start = time.perf_counter()
     with StandIns() as swaps:
-        result.stand_ins = swaps.install(others, only_stubs=False)  # the reference for everything but ex
+        swaps.install(others, only_stubs=False)  # the reference for everything but ex
         try:
             with time_limit(timeout):
                 if ex.kind == "build":
@@ -91,6 +93,10 @@ def run_exercise(exercise_id: str, answer: float | None = None, timeout: float =
             result.stub = stub_in(e)
             result.message = failure_message(e)
             result.where = package_frames(e)
+        ran = [e for e in swaps.exercises if e in swaps.ran]  # the stand-ins this check called
+    states = build_states()  # not started: the stub; else the student's own code, set aside for this check
+    result.stand_ins = [e for e in ran if states.get(e) == "not started"]
+    result.set_aside = [e for e in ran if states.get(e) != "not started"]
     result.case, result.hint = (t.case_name, t.hint) if result.status != "passed" else (None, "")
     result.cases_passed = len(t.passed)
     result.seconds = time.perf_counter() - start
@@ -111,7 +117,8 @@ def check(exercise: str, prediction: float | None = None, *, timeout: float = CH
           quiet: bool = False) -> CheckResult:
     """Check an exercise against the package's files as they are now, in a fresh Python process, and print
     what happened: a pass, or the first failing case with a hint. For a *predict* exercise pass your number:
-    ``check("E3.2", 4)``. Returns the result (true if it passed)."""
+    ``check("E3.2", 4)``. Returns the result (true if it passed); a student build also records it in its
+    progress file, which ``status()`` reads."""
     ex = get(exercise)
     stale = stale_modules(ex)  # before the check's own import rewrites the bytecode cache
     if ex.kind == "explain":
@@ -121,6 +128,7 @@ def check(exercise: str, prediction: float | None = None, *, timeout: float = CH
         if prediction is not None:
             cmd += ["--answer", repr(float(prediction))]
         result = run_subprocess(cmd, ROOT, timeout + 60, ex)
+        record(result)
     if not quiet:
         print(result.report())
         if stale:

@@ -119,7 +119,8 @@ class CheckResult:
     tolerance: str = ""
     explain: str = ""
     seconds: float = 0.0
-    stand_ins: list[str] = field(default_factory=list)  # exercises the reference stood in for
+    stand_ins: list[str] = field(default_factory=list)  # other exercises not written yet: the reference ran instead
+    set_aside: list[str] = field(default_factory=list)  # the student's own other exercises, replaced for this check
 
     @property
     def passed(self) -> bool:
@@ -147,7 +148,9 @@ class CheckResult:
         if self.kind == "predict":
             if self.status == "unanswered":
                 return (f"{head}: no prediction yet. Write your number first, then run "
-                        f"check({self.exercise!r}, your_number).")
+                        f"check({self.exercise!r}, your_number) in a notebook, or in a shell "
+                        f"make check EX={self.exercise} ANSWER=your_number "
+                        f"(python -m minfer.exercises check {self.exercise} your_number).")
             if self.status in ("passed", "failed"):
                 verdict = "close enough" if self.passed else "outside the tolerance"
                 lines = [f"{head}: {'PASSED' if self.passed else 'NOT YET'} -- you predicted {self.prediction:g} "
@@ -174,9 +177,22 @@ class CheckResult:
             lines.append(f"  at {w}")
         if self.hint and self.stub != self.exercise:
             lines.append(f"  hint: {self.hint}")
-        if self.stand_ins:
-            lines.append(f"  (the reference stood in for {', '.join(self.stand_ins)} during this check)")
+        if note := self.stand_in_note():
+            lines.append(f"  ({note})")
         return "\n".join(lines)
+
+    def stand_in_note(self) -> str:
+        """Which other exercises ran on the reference during this check, and why; "" when none did."""
+        parts = []
+        if self.stand_ins:
+            parts.append(f"{_and(self.stand_ins)}, not written yet")
+        if self.set_aside:
+            parts.append(f"your own {_and(self.set_aside)}, set aside so that only {self.exercise} is judged")
+        return f"during this check the reference stood in for {', and for '.join(parts)}" if parts else ""
+
+
+def _and(ids: list[str]) -> str:
+    return ids[0] if len(ids) == 1 else f"{', '.join(ids[:-1])} and {ids[-1]}"
 
 
 def _fmt(x: float | None) -> str:

@@ -14,7 +14,8 @@ the student's file, its regions' bodies are replaced by the reference's, and the
 the module's namespace and put where the old function was (the class attribute, or every module global
 that held it). The new function's ``__wrapped__`` points to the student's, so ``show_source`` and
 ``inspect.getsource`` still show the student's code. ``StandIns`` remembers each swap and ``restore()``
-puts every original back: a check leaves the engine exactly as it found it.
+puts every original back: a check leaves the engine exactly as it found it. It also notes which stand-ins
+were called (``ran``), so that a check names only the exercises whose reference it really used.
 
 In the repository itself every region *is* the reference, so nothing is ever swapped there.
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 import __future__
 
 import ast
+import functools
 import importlib
 import json
 import linecache
@@ -74,6 +76,7 @@ class StandIns:
     swaps: list[Swap] = field(default_factory=list)
     exercises: list[str] = field(default_factory=list)
     units: set[tuple[str, str]] = field(default_factory=set)  # (file, unit) swapped: never twice
+    ran: set[str] = field(default_factory=set)  # exercises whose stand-in was called (a Triton kernel's: swapped)
 
     def __enter__(self) -> StandIns:
         return self
@@ -95,6 +98,7 @@ class StandIns:
         self.swaps.clear()
         self.exercises.clear()
         self.units.clear()
+        self.ran.clear()
 
     def install(self, exercises: Iterable[str], only_stubs: bool = True, always: bool = False) -> list[str]:
         """Swap in the reference for each of ``exercises`` whose regions are still stubs (``only_stubs``), or
@@ -151,11 +155,13 @@ class StandIns:
         old = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
         new = namespace[name]
         plain = isinstance(new, types.FunctionType)
-        if plain:  # inspect.getsource (so show_source) follows __wrapped__: it shows the student's code
-            new.__wrapped__ = old
-        # (not for a Triton kernel: Triton reads its kernel's source through inspect too, and would run the
-        # student's again. Its stand-in replaces only the module's global, which the launching wrapper reads;
-        # a notebook's own name for the kernel keeps showing the student's code.)
+        if plain:
+            new = self._watched(new, exercise, old)
+        else:  # a Triton kernel: launched by Triton, not called, so it cannot be watched -- count it as run.
+            # (Triton reads its kernel's source through inspect too, and would run the student's again: no
+            # __wrapped__. Its stand-in replaces only the module's global, which the launching wrapper reads;
+            # a notebook's own name for the kernel keeps showing the student's code.)
+            self.ran.add(exercise)
         getattr(new, "fn", new).__minfer_stand_in__ = exercise
         self.swaps.append(Swap(owner, name, old, new))
         setattr(owner, name, new)
@@ -165,6 +171,20 @@ class StandIns:
                 for n in names:
                     self.swaps.append(Swap(mod, n, old, new))
                     setattr(mod, n, new)
+
+
+    def _watched(self, reference: Any, exercise: str, student: Any) -> Any:
+        """``reference``, noting in ``ran`` when it is called; its ``__wrapped__`` is the student's function,
+        which ``inspect.getsource`` (so ``show_source``) follows: the notebook keeps showing the student's code."""
+        ran = self.ran
+
+        def stand_in(*args: Any, **kwargs: Any) -> Any:
+            ran.add(exercise)
+            return reference(*args, **kwargs)
+
+        functools.update_wrapper(stand_in, reference)
+        stand_in.__wrapped__ = student  # type: ignore[attr-defined]
+        return stand_in
 
 
 def importable_now(rel: str) -> bool:

@@ -54,8 +54,8 @@ def check_running_loop(t: Tester) -> None:
 
     with t.case("the same decisions as the reference, step by step, on three workloads (chunked prompts, a "
                 "small pool with preemptions, priorities)",
-                hint="print engine.trace[i].describe() around the step named above, with your code and after "
-                     "reveal, to see what differs"):
+                hint="the message puts your step beside the reference's; run the workload on your code and print "
+                     "engine.trace[i].describe() for the steps before it, to see how yours got there"):
         def chunked():  # the simulator: the same scheduler, no forward passes to wait for
             e = cpu_sim_engine(num_blocks=64, max_num_seqs=3, chunked_prefill_size=12, max_prefill_chunks_per_step=2)
             for i, (p, n) in enumerate([(20, 9), (5, 14), (33, 4), (12, 7), (2, 11)]):
