@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 import weakref
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
@@ -50,13 +51,15 @@ from minfer.types import LinearBackendName, PointwiseBackendName
 class PackedLinear(nn.Module):
     """``Linear`` on a packed copy of its weight: the same ``x @ W (+ b)``, by minfer's C++ kernel or oneDNN."""
 
+    gated = False  # packed as the MLP's gate/up weight (``PackedGateUp``)
+
     def __init__(self, plain: Linear, backend: str) -> None:
         super().__init__()
         self.weight, self.bias, self.backend = plain.weight, plain.bias, backend
         self.packed = self.pack()
 
     def pack(self) -> PackedWeight:
-        return products.shared_pack(self.weight, transposed=True, backend=self.backend)
+        return products.shared_pack(self.weight, transposed=True, backend=self.backend, gated=self.gated)
 
     def current(self) -> PackedWeight:
         """The packed copy, packed again first if the weight was written since."""
@@ -74,12 +77,11 @@ class PackedGateUp(PackedLinear):
     is never written to memory (at a 2048-token prefill step that is 25 MB a layer, written and read back). oneDNN
     computes the product, then the activation runs (``activation``: PyTorch's or the compiled kernel)."""
 
-    def __init__(self, plain: GateUp, backend: str, activation=silu_mul) -> None:
-        self.activation = activation
-        super().__init__(plain, backend)
+    gated = True
 
-    def pack(self) -> PackedWeight:
-        return products.shared_pack(self.weight, transposed=True, backend=self.backend, gated=True)
+    def __init__(self, plain: GateUp, backend: str, activation: Callable[[Tensor], Tensor] = silu_mul) -> None:
+        super().__init__(plain, backend)
+        self.activation = activation
 
     def forward(self, x: Tensor) -> Tensor:
         packed = self.current()

@@ -8,11 +8,11 @@ others. So this model takes one flat list of ``T`` tokens with an explicit posit
 Everything else (norms, projections, MLP) is per token, so it does not care how tokens are grouped.
 
 The backend is the seam where the KV cache plugs in: a contiguous cache (chapter 01), the paged
-cache of chapter 03, or Triton kernels (chapter 07) -- the model never changes.
+cache of chapter 03, or the Triton programs of chapter 07 -- the model never changes.
 
-This file is the plain PyTorch model, written as the paper describes it. Faster versions of some of its modules
-(products on pre-packed weights, one-pass norms) are swapped in once, when an engine is built, by the speed-up
-layer ``minfer/ops/accelerate.py``; nothing here knows about them.
+This file is the plain PyTorch model, written as the paper describes it, and nothing else. Faster stand-ins for
+some of its modules are a separate layer (``minfer/accelerate.py``), swapped in once when an engine is built;
+nothing here knows about them.
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 class ApplyRotary(nn.Module):
     """Rotary position embedding applied to a layer's q and k heads (``apply_rotary``), as a module of its own so
-    that the speed-up layer can stand a one-pass kernel in for it."""
+    that another module can stand in for it (``minfer/accelerate.py``)."""
 
     def forward(self, qk: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         return apply_rotary(qk, cos, sin)
