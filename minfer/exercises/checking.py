@@ -61,6 +61,23 @@ def checker_of(ex: Exercise):
     return getattr(import_module(f"minfer.exercises.checks.{module}"), function)
 
 
+def hidden_checker_of(ex: Exercise):
+    """The instructor's further cases for a build exercise: the function of the same name in
+    ``minfer.exercises.hidden.<module>``, or ``None`` where there is none -- a student build ships no
+    ``hidden`` package, so a student's own check runs the public cases only and the grade runs both."""
+    if ex.kind != "build" or ex.checker is None:
+        return None
+    module, function = ex.checker.split(":")
+    name = f"minfer.exercises.hidden.{module}"
+    try:
+        found = import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name in ("minfer.exercises.hidden", name):
+            return None
+        raise
+    return getattr(found, function, None)
+
+
 def run_exercise(exercise_id: str, answer: float | None = None, timeout: float = CHECK_TIMEOUT) -> CheckResult:
     """Check one exercise in this process and return the result (never raises for a failing check)."""
     ex = get(exercise_id)
@@ -80,6 +97,9 @@ def run_exercise(exercise_id: str, answer: float | None = None, timeout: float =
             with time_limit(timeout):
                 if ex.kind == "build":
                     checker_of(ex)(t)
+                    if (hidden := hidden_checker_of(ex)) is not None:
+                        result.hidden_cases = True
+                        hidden(t)
                 elif answer is not None:
                     m = checker_of(ex)()
                     result.prediction, result.measured, result.unit = float(answer), m.value, m.unit

@@ -113,6 +113,7 @@ class CheckResult:
     where: list[str] = field(default_factory=list)  # "minfer/kv/block_pool.py:120 in allocate: <line>"
     stub: str | None = None  # the exercise whose NotImplementedError stub the failure came from
     cases_passed: int = 0
+    hidden_cases: bool = False  # the instructor's hidden cases ran too (never in a student build)
     prediction: float | None = None
     measured: float | None = None
     unit: str = ""
