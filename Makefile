@@ -6,7 +6,7 @@
 # The course as exercises (docs/course.md; docs/instructor.md; python -m minfer.exercises list / show E3.1):
 #   make student                 write build/student/: the repository with every exercise to write
 #   make check EX=E3.1           check one exercise (without EX: every build exercise; a prediction: ANSWER=4)
-#   make grade SUBMISSIONS="..." every build check on each student's copy, one table
+#   make grade STUDENT=copy      grade a student's copy with this checkout's checks (SUBMISSIONS="copies/*": a class)
 SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV   := .venv
@@ -92,7 +92,7 @@ notebooks: setup
 
 # The student build uses this checkout's environment (build/student/.venv is a link to it), not a second one of 2.9 GB.
 student: setup
-	$(BIN)/python -m minfer.exercises student build/student
+	$(BIN)/python -m minfer.exercises student build/student $(if $(SELF_STUDY),--self-study)
 	@ln -s ../../$(VENV) build/student/$(VENV)
 	@echo "build/student/$(VENV) links to this checkout's $(VENV): nothing more to install there. (For an" \
 	"environment of its own: rm build/student/$(VENV); its next make installs one. Before handing the build out," \
@@ -105,9 +105,11 @@ check: setup
 	echo "make check: not passed yet -- exit status 1, which make reports as \"Error 1\" below: a verdict, not a crash"; \
 	exit $$rc; }
 
+# Grading runs here, in the instructor's checkout: the students' region bodies against this copy's public and hidden
+# cases (minfer/exercises/grade.py). Reports go to build/grades/ (<student>.json, grades.csv).
 grade: setup
-	@test -n "$(SUBMISSIONS)" || { echo 'usage: make grade SUBMISSIONS="path/to/copies/*" [CSV=grades.csv]'; exit 2; }
-	$(BIN)/python -m minfer.exercises grade $(SUBMISSIONS) $(if $(CSV),--csv $(CSV))
+	@test -n "$(STUDENT)$(SUBMISSIONS)" || { echo 'usage: make grade STUDENT=path/to/copy (or SUBMISSIONS="copies/*") [CSV=grades.csv] [ONLY="E3.1 E4.1"]'; exit 2; }
+	$(BIN)/python -m minfer.exercises.grade $(STUDENT) $(SUBMISSIONS) $(if $(CSV),--csv $(CSV)) $(if $(ONLY),--only $(ONLY))
 
 # The default benchmark (docs/benchmarks.md): every system, three turns taken in turn (about 17 minutes on 2 cores).
 bench: setup

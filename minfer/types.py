@@ -16,7 +16,7 @@ model's length limit; ``abort``: the client (``abort_request``); ``rejected``: r
 shed; ``timeout``: waited longer than ``max_queue_time``; ``error``: something failed while serving this one
 request (the message is its ``stop_reason``), and every other request went on."""
 
-PolicyName = Literal["fcfs", "priority", "sjf", "fair"]
+PolicyName = Literal["fcfs", "priority", "sjf", "fair", "capstone"]
 AdmissionMode = Literal["optimistic", "reserve"]
 ExecutorName = Literal["model", "sim"]
 BackendName = Literal["auto", "torch", "triton", "cpp"]

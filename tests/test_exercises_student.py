@@ -1,19 +1,23 @@
 """A freshly generated student build is honest: complete, stubbed, and still a working course.
 
-What is proved here, on a student build made from this checkout (``build_student_copy``, what ``make student``
+What is proved here, on student builds made from this checkout (``build_student_copy``, what ``make student``
 runs) in a temporary folder, with this environment's Python (the package imported from the copy -- checked):
 
-* the copy holds every file of the repository; only the exercise regions, the solution cells and the outputs
-  that would give an answer away differ; every region is the stub, ``solutions.json`` the reference;
-* every build check fails, each on its *own* stub (the failure is that exercise's ``NotImplementedError``,
-  not an import error or another exercise's stub: the others run their reference meanwhile);
-* ``reveal`` writes the reference back and the check passes; a wrong edit of the file fails it again;
-* the copy's test suite passes, except tests that reach an unwritten exercise, which are skipped with its
+* the copy holds every file of the repository but the instructor's own; only the exercise regions, the solution
+  cells and the outputs that would give an answer away differ; every region is the stub; the self-study
+  edition's ``solutions.json`` is the reference;
+* in the class handout (the default; ``test_exercises_grading.py`` proves it carries no answers and how it is
+  graded) every build check fails, each on its *own* stub (the failure is that exercise's
+  ``NotImplementedError``, not an import error or another exercise's stub: the compiled reference stands in
+  for the others meanwhile);
+* the handout's test suite passes, except tests that reach an unwritten exercise, which are skipped with its
   name; a test skipped for another reason (no GPU) is skipped for that same reason in the repository;
-* a chapter runs to the end for a student who has written nothing (the reference stands in, saying so);
-* ``grade`` over two students' copies prints one row each, with what each has passed, failed or not started.
+* a chapter runs to the end in the handout for a student who has written nothing (the compiled reference
+  stands in, saying so);
+* in the self-study edition ``reveal`` writes the reference back and the check passes; a wrong edit of the file
+  fails it again.
 
-Bounded for CI: the copy's test suite runs without ``tests/test_exercises*.py`` (they test the repository's
+Bounded for CI: the handout's test suite runs without ``tests/test_exercises*.py`` (they test the repository's
 exercises; the mutants swap whole regions and so run the same in both copies), without the ``browser`` test
 (chapter 11 in a real browser: no exercise code of its own; the chapter run below covers stand-ins), and without
 the ``slow`` (real model) and ``soak`` tests: every exercise region is reached by the tiny-model tests, and the
@@ -22,9 +26,7 @@ chapter run below drives the real model through the stand-ins. One chapter runs 
 
 from __future__ import annotations
 
-import csv
 import json
-import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -37,7 +39,7 @@ from minfer.exercises import EXERCISES
 from minfer.exercises.checking import subprocess_env
 from minfer.exercises.regions import find_regions, replace_bodies
 from minfer.exercises.standin import ROOT, is_student_build
-from minfer.exercises.student import build_student_copy, output_text, repository_files
+from minfer.exercises.student import build_student_copy, instructor_only, output_text, repository_files
 
 pytestmark = pytest.mark.skipif(is_student_build(), reason="makes a student build of the repository")
 BUILD = [e.id for e in EXERCISES if e.kind == "build"]
@@ -48,7 +50,16 @@ CHAPTER = "notebooks/08_prefix_caching.ipynb"
 
 @pytest.fixture(scope="module")
 def student(tmp_path_factory) -> Path:
+    """The self-study edition."""
     dest = tmp_path_factory.mktemp("student") / "course"
+    build_student_copy(ROOT, dest, self_study=True)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def handout(tmp_path_factory) -> Path:
+    """The class handout."""
+    dest = tmp_path_factory.mktemp("handout") / "course"
     build_student_copy(ROOT, dest)
     return dest
 
@@ -62,6 +73,9 @@ def test_the_copy_is_complete_and_every_region_is_a_stub(student):
     reference = find_regions(ROOT)
     stubbed = {r.rel for r in reference}
     for rel in repository_files(ROOT):
+        if instructor_only(rel):
+            assert not (student / rel).is_file() or rel == "docs/instructor.md", f"{rel} is the instructor's"
+            continue
         assert (student / rel).is_file(), f"{rel} is missing from the student build"
         if rel not in stubbed and not rel.endswith(".ipynb"):
             assert (student / rel).read_bytes() == (ROOT / rel).read_bytes(), f"{rel} changed"
@@ -85,19 +99,19 @@ def test_the_copy_is_complete_and_every_region_is_a_stub(student):
     assert Path(run.stdout.strip()).is_relative_to(student), "the copy must import its own package"
 
 
-def test_every_build_check_fails_on_its_own_stub(student):
-    run = python(student, "-m", "minfer.exercises", "check", "--all", "--json")
+def test_every_build_check_fails_on_its_own_stub(handout):
+    run = python(handout, "-m", "minfer.exercises", "check", "--all", "--json")
     data = json.loads(run.stdout.strip().splitlines()[-1])
-    assert Path(data["package"]).is_relative_to(student)
+    assert Path(data["package"]).is_relative_to(handout)
     results = {r["exercise"]: r for r in data["results"]}
     assert sorted(results) == sorted(BUILD)
     for ex, r in results.items():
         assert r["status"] == "failed" and r["stub"] == ex, f"{ex} did not fail on its own stub: {r}"
 
 
-def test_the_copys_tests_pass_or_skip_naming_an_exercise(student, tmp_path):
+def test_the_handouts_tests_pass_or_skip_naming_an_exercise(handout, tmp_path):
     junit = tmp_path / "student.xml"
-    run = python(student, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider",
+    run = python(handout, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider",
                  "-m", "not (browser or slow or soak)", "--ignore-glob=tests/test_exercises*.py",
                  f"--junitxml={junit}", timeout=1800)
     outcomes = {}
@@ -131,8 +145,8 @@ def module_path(node: str) -> str:
     return "/".join(parts[: last + 1]) + ".py"
 
 
-def test_a_chapter_runs_for_a_student_who_wrote_nothing(student):
-    run = python(student, "-m", "pytest", "--nbval-lax", "--nbval-current-env", "-p", "no:cacheprovider", "-q",
+def test_a_chapter_runs_for_a_student_who_wrote_nothing(handout):
+    run = python(handout, "-m", "pytest", "--nbval-lax", "--nbval-current-env", "-p", "no:cacheprovider", "-q",
                  CHAPTER, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:]
 
@@ -156,21 +170,3 @@ def test_reveal_and_file_edits_reach_the_check(student):
         assert "E3.1" in status and "written" in status and "not started" in status
     finally:
         path.write_text(stubbed)
-
-
-def test_grading_a_class_prints_one_row_per_student(student, tmp_path):
-    """Runs after the reveal test: ``student`` is the pristine build again."""
-    alice, bob = tmp_path / "alice", tmp_path / "bob"
-    shutil.copytree(student, alice)
-    shutil.copytree(student, bob)
-    assert python(bob, "-m", "minfer.exercises", "reveal", "E3.1").returncode == 0
-    path = bob / "minfer/metrics.py"
-    wrong = {("E10.1", "SLO.met_by", 0): "        return req.finish_reason is not None\n"}
-    path.write_text(replace_bodies(path.read_text(), path, "minfer/metrics.py", wrong))
-    run = python(ROOT, "-m", "minfer.exercises", "grade", str(alice), str(bob), "--csv", str(tmp_path / "g.csv"))
-    assert run.returncode == 0, run.stderr[-2000:]
-    rows = {r["student"]: r for r in csv.DictReader(open(tmp_path / "g.csv"))}
-    assert set(rows) == {"alice", "bob"}
-    assert all(rows["alice"][ex] == "todo" for ex in BUILD) and rows["alice"]["score"] == "0"
-    assert rows["bob"]["E3.1"] == "pass" and rows["bob"]["E10.1"] == "FAIL" and rows["bob"]["score"] == "1"
-    assert "alice" in run.stdout and "bob" in run.stdout and "1/" in run.stdout

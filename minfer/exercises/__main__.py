@@ -44,12 +44,15 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--timeout", type=float, default=None, help="seconds before a check is stopped")
     r = sub.add_parser("reveal", help="write an exercise's reference solution into your files")
     r.add_argument("exercise")
-    s = sub.add_parser("student", help="write the student build")
+    s = sub.add_parser("student", help="write the student build (the class handout, or --self-study)")
     s.add_argument("out", nargs="?", default="build/student")
-    g = sub.add_parser("grade", help="run every build check on each submission and print a table")
-    g.add_argument("submissions", nargs="+", type=Path)
-    g.add_argument("--csv", type=Path)
-    args = p.parse_args(argv)
+    s.add_argument("--self-study", action="store_true",
+                   help="ship the reference solutions too, for reveal and stand-ins (no one grades)")
+    sub.add_parser("grade", add_help=False, help="grade submissions from this (the instructor's) copy: "
+                   "python -m minfer.exercises.grade --help")
+    args, rest = p.parse_known_args(argv)
+    if args.command != "grade" and rest:
+        p.error(f"unrecognized arguments: {' '.join(rest)}")
 
     if args.command in ("list", "show"):
         from minfer.exercises.catalog import get
@@ -74,17 +77,16 @@ def main(argv: list[str] | None = None) -> int:
         from minfer.exercises.standin import ROOT
         from minfer.exercises.student import build_student_copy
 
-        b = build_student_copy(ROOT, Path(args.out))
-        print(f"student build in {b.path}: {b.files} files, {b.regions} exercise regions stubbed, "
-              f"{b.solution_cells} solution cells removed and {b.cleared_outputs} outputs cleared in "
+        b = build_student_copy(ROOT, Path(args.out), self_study=args.self_study)
+        print(f"student build ({b.edition} edition) in {b.path}: {b.files} files, {b.regions} exercise regions "
+              f"stubbed, {b.solution_cells} solution cells removed and {b.cleared_outputs} outputs cleared in "
               f"{b.notebooks} notebooks. There: make lab (the course), make test, make check EX=E3.1, "
               "python -m minfer.exercises list")
         return 0
     if args.command == "grade":
-        from minfer.exercises.grade import grade
+        from minfer.exercises.grade import main as grade_main
 
-        grade([p for p in args.submissions if p.is_dir()], args.csv)
-        return 0
+        return grade_main(rest)
 
     from minfer.exercises.catalog import EXERCISES, get
 

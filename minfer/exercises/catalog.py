@@ -153,6 +153,13 @@ EXERCISES: tuple[Exercise, ...] = (
     _e("E9.2", 9, "5. Queue timeouts", "what SJF does to long jobs",
        "Under steady load, what happens to a 1,000-token job behind a stream of short ones with SJF? Propose a "
        "fix from this chapter's knobs and say what it costs."),
+    _b("E9.4", 9, "7. The capstone: a policy of your own", "capstone: a scheduling policy of your own design",
+       "Design CapstonePolicy.order and .rank (minfer/scheduler/policies.py): the waiting queue's sort key and the "
+       "running list's (its last request is the preemption victim; a rank never changes while its request runs). "
+       "Scored on the simulator (minfer.scheduler.capstone) by goodput -- requests per second within TTFT 500 ms "
+       "and TPOT 25 ms -- on a workload family of chats, long documents and long generations; develop on the "
+       "sample (score('capstone')). The grade runs other members of the family: at least 2x first come, first "
+       "served's goodput on each passes, and the score ranks the rest.", "capstone:check_capstone", 120),
     # 10 -- benchmarking and simulation
     _b("E10.1", 10, "1. What a serving benchmark measures", "goodput: did a request meet its SLO?",
        "Write SLO.met_by: a request counts toward goodput only if it was served (finished by 'stop' or 'length') "

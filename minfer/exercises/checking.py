@@ -119,6 +119,7 @@ def run_exercise(exercise_id: str, answer: float | None = None, timeout: float =
     result.set_aside = [e for e in ran if states.get(e) != "not started"]
     result.case, result.hint = (t.case_name, t.hint) if result.status != "passed" else (None, "")
     result.cases_passed = len(t.passed)
+    result.notes = list(t.notes)
     result.seconds = time.perf_counter() - start
     return result
 

@@ -35,6 +35,10 @@ class Tester:
         self.case_name: str | None = None
         self.hint = ""
         self.passed: list[str] = []
+        self.notes: list[str] = []  # what the check measured on the way (a capstone's scores): the report shows them
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
 
     @contextmanager
     def case(self, name: str, hint: str = "") -> Iterator[None]:
@@ -114,6 +118,7 @@ class CheckResult:
     stub: str | None = None  # the exercise whose NotImplementedError stub the failure came from
     cases_passed: int = 0
     hidden_cases: bool = False  # the instructor's hidden cases ran too (never in a student build)
+    notes: list[str] = field(default_factory=list)  # what the check measured on the way, passed or not
     prediction: float | None = None
     measured: float | None = None
     unit: str = ""
@@ -159,10 +164,12 @@ class CheckResult:
                          "", _wrap(self.explain)]
                 return "\n".join(lines)
         if self.status == "written":
-            return (f"{head}: a written exercise -- answer in your notebook. Model answers are in "
-                    "docs/instructor.md (for self-study: read them after you have written yours).")
+            return (f"{head}: a written exercise -- answer in your notebook. Model answers are in the instructor's "
+                    "guide, docs/instructor.md of the course repository (a student build leaves it out; for "
+                    "self-study: read them after you have written yours).")
+        notes = "".join(f"\n  {n}" for n in self.notes)
         if self.status == "passed":
-            return f"{head}: PASSED ({self.cases_passed} cases, {self.seconds:.1f} s)"
+            return f"{head}: PASSED ({self.cases_passed} cases, {self.seconds:.1f} s){notes}"
         lines = [f"{head}: {'NOT YET' if self.status == 'failed' else self.status.upper()} "
                  f"({self.cases_passed} cases passed, {self.seconds:.1f} s)"]
         if self.case:
@@ -172,15 +179,19 @@ class CheckResult:
             lines.append(f"  not written yet: {m[1] if m else 'the stub'} still raises NotImplementedError. Write your "
                          f"code between its EXERCISE markers ({m[2] if m else 'see the chapter'}).")
             self.where = self.where[-1:]
+        elif self.stub:  # another exercise's stub: a class handout has no reference to stand in for it
+            lines.append(f"  this check runs your {self.stub} too, and it is not written yet: write {self.stub} first "
+                         f"(python -m minfer.exercises show {self.stub})")
+            self.where = []
         elif self.message:
             lines.append("  " + self.message.replace("\n", "\n  "))
         for w in self.where:
             lines.append(f"  at {w}")
-        if self.hint and self.stub != self.exercise:
+        if self.hint and not self.stub:
             lines.append(f"  hint: {self.hint}")
         if note := self.stand_in_note():
             lines.append(f"  ({note})")
-        return "\n".join(lines)
+        return "\n".join(lines) + notes
 
     def stand_in_note(self) -> str:
         """Which other exercises ran on the reference during this check, and why; "" when none did."""

@@ -1,8 +1,9 @@
-"""``reveal("E3.1")``: write the reference solution into the student's files.
+"""``reveal("E3.1")``: write the reference solution into the student's files (a self-study build only).
 
 Self-study courses allow peeking: a student who is stuck, or wants to compare, reveals an exercise. What
 they had written is not lost -- it is saved to ``attempts/E3.1-<time>.py`` at the root of their copy
-first. Only the regions' bodies change; everything else in the file stays as the student left it.
+first. Only the regions' bodies change; everything else in the file stays as the student left it. A class
+handout carries no reference, so there ``reveal`` only says so.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ def reveal(exercise: str) -> list[str]:
         print(f"This is the reference repository: {ex.id}'s solution is the code between its markers already.")
         return []
     refs = reference_bodies()
+    if not refs:
+        print(f"This copy is a class handout: it carries no reference source to reveal. Stuck on {ex.id}? Its "
+              "check's failing case and hint say what went wrong; your instructor can say more.")
+        return []
     regions = [r for r in find_regions(ROOT) if r.exercise == ex.id]
     yours = [r for r in regions if not r.is_stub and r.body != refs[key(r)]]
     if yours:

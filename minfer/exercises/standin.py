@@ -28,6 +28,7 @@ import functools
 import importlib
 import json
 import linecache
+import marshal
 import sys
 import textwrap
 import types
@@ -39,22 +40,53 @@ from typing import Any
 from minfer.exercises.regions import Region, find_regions, replace_bodies, unit_span, units
 
 ROOT = Path(__file__).resolve().parent.parent.parent  # the repository (or student build) root
-SOLUTIONS = Path(__file__).resolve().parent / "solutions.json"  # written into student builds only
+STUDENT_BUILD = Path(__file__).resolve().parent / "student_build.json"  # written into student builds only
+SOLUTIONS = Path(__file__).resolve().parent / "solutions.json"  # the self-study edition: the reference's source
+COMPILED = Path(__file__).resolve().parent / "reference.marshal"  # the class handout: compiled, no source
 
 Key = tuple[str, str, str, int]  # (exercise, file, unit, index)
+Bodies = dict[tuple[str, str, int], str]  # (exercise, unit, index) -> a region's body
+Compiled = dict[tuple[str, str], tuple[str, types.CodeType]]  # (file, unit) -> (exercise, the unit's code)
 
 
 def is_student_build() -> bool:
-    return SOLUTIONS.exists()
+    return STUDENT_BUILD.exists()
 
 
 def reference_bodies() -> dict[Key, str]:
-    """The reference body of every region: from ``solutions.json`` in a student build, else from the
-    package's own files (the repository is the reference)."""
+    """The reference body of every region, as source: from ``solutions.json`` in a self-study build, none in a
+    class handout, else from the package's own files (the repository is the reference)."""
     if is_student_build():
+        if not SOLUTIONS.exists():
+            return {}
         data = json.loads(SOLUTIONS.read_text())
         return {(r["exercise"], r["file"], r["unit"], r["index"]): r["body"] for r in data["regions"]}
     return {(r.exercise, r.rel, r.unit, r.index): r.body for r in find_regions(ROOT)}
+
+
+def compiled_references() -> Compiled:
+    """The class handout's stand-ins: each unit holding a region, with the reference bodies, compiled to a code
+    object by ``make student`` -- they run like the reference, but the handout holds no reference source to
+    read or reveal. (None for a Triton kernel, which Triton compiles from its source; none when this Python is
+    not the one that wrote them: compiled code is specific to a Python version.)"""
+    if not COMPILED.exists():
+        return {}
+    data = marshal.loads(COMPILED.read_bytes())
+    return data["units"] if tuple(data["python"]) == sys.version_info[:2] else {}
+
+
+def compile_unit(root: Path, rel: str, unit: str, bodies: Bodies) -> tuple[str, str, types.CodeType]:
+    """The function ``unit`` of ``root/rel`` with its regions' bodies replaced by ``bodies``, compiled as it would
+    be in its module: (exercise, source, code)."""
+    path = root / rel
+    text = replace_bodies(path.read_text(), path, rel, bodies)
+    node = dict(units(ast.parse(text)))[unit]
+    first, last = unit_span(node)
+    source = textwrap.dedent("".join(text.splitlines(keepends=True)[first - 1 : last]))
+    exercise = next(iter(bodies))[0]
+    filename = f"<reference for {exercise}: {rel} {unit}>"
+    code = compile(source, filename, "exec", flags=__future__.annotations.compiler_flag, dont_inherit=True)
+    return exercise, source, code
 
 
 def key(r: Region) -> Key:
@@ -106,17 +138,27 @@ class StandIns:
         student's schedule with the reference's uses that). Returns the exercises swapped."""
         wanted = set(exercises)
         refs = reference_bodies()
+        compiled = {} if refs else compiled_references()
         todo: dict[tuple[str, str], list[Region]] = {}
         for r in find_regions(ROOT):
-            if r.exercise not in wanted or key(r) not in refs or (r.rel, r.unit) in self.units:
+            if r.exercise not in wanted or (r.rel, r.unit) in self.units:
                 continue
-            if always or (r.is_stub if only_stubs else r.body != refs[key(r)]):
+            if key(r) in refs:
+                differs = r.body != refs[key(r)]
+            elif (r.rel, r.unit) in compiled:
+                differs = True  # no source to compare with: whatever is there is set aside
+            else:
+                continue
+            if always or (r.is_stub if only_stubs else differs):
                 todo.setdefault((r.rel, r.unit), []).append(r)
         done = []
         for (rel, unit), regions in todo.items():
             if not importable_now(rel):
                 continue
-            self._swap_unit(rel, unit, {(r.exercise, r.unit, r.index): refs[key(r)] for r in regions})
+            if refs:
+                self._swap_unit(rel, unit, {(r.exercise, r.unit, r.index): refs[key(r)] for r in regions})
+            else:
+                self._install_code(rel, unit, *compiled[(rel, unit)])
             self.units.add((rel, unit))
             done.append(regions[0].exercise)
         done = sorted(set(done), key=_order)
@@ -130,22 +172,34 @@ class StandIns:
                       None)
         if region is None:
             raise ValueError(f"no region {index} of {exercise} in {unit}")
-        text = "".join(region.indent + line if line.strip() else line
-                       for line in textwrap.dedent(body).strip("\n").splitlines(keepends=True)) + "\n"
-        self._swap_unit(region.rel, unit, {(exercise, unit, index): text})
-        self.units.add((region.rel, unit))
+        self.install_bodies({key(region): body})
 
-    def _swap_unit(self, rel: str, unit: str, bodies: dict[tuple[str, str, int], str]) -> None:
-        path = ROOT / rel
-        text = replace_bodies(path.read_text(), path, rel, bodies)
-        node = dict(units(ast.parse(text)))[unit]
-        first, last = unit_span(node)
-        source = textwrap.dedent("".join(text.splitlines(keepends=True)[first - 1 : last]))
-        exercise = next(iter(bodies))[0]
-        filename = f"<reference for {exercise}: {rel} {unit}>"
+    def install_bodies(self, bodies: dict[Key, str]) -> None:
+        """Run the given region bodies (source text, any indentation) in place of this copy's, in this process:
+        how a grade runs a student's code inside the instructor's package -- only the regions' bodies are
+        taken from the student; every other line is this copy's."""
+        by_unit: dict[tuple[str, str], dict[tuple[str, str, int], str]] = {}
+        indents = {key(r): r.indent for r in find_regions(ROOT)}
+        for (exercise, rel, unit, index), body in bodies.items():
+            if (exercise, rel, unit, index) not in indents:
+                raise ValueError(f"no region {index} of {exercise} in {rel} {unit}")
+            indent = indents[(exercise, rel, unit, index)]
+            text = "".join(indent + line if line.strip() else line
+                           for line in textwrap.dedent(body).strip("\n").splitlines(keepends=True)) + "\n"
+            by_unit.setdefault((rel, unit), {})[(exercise, unit, index)] = text
+        for (rel, unit), unit_bodies in by_unit.items():
+            self._swap_unit(rel, unit, unit_bodies)
+            self.units.add((rel, unit))
+
+    def _swap_unit(self, rel: str, unit: str, bodies: Bodies) -> None:
+        exercise, source, code = compile_unit(ROOT, rel, unit, bodies)
+        filename = code.co_filename  # tracebacks and Triton read the source from here
         linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+        self._install_code(rel, unit, exercise, code)
+
+    def _install_code(self, rel: str, unit: str, exercise: str, code: types.CodeType) -> None:
+        """Define the unit from ``code`` in its module's namespace and put it where the old function was."""
         module = importlib.import_module(rel.removesuffix(".py").replace("/", "."))
-        code = compile(source, filename, "exec", flags=__future__.annotations.compiler_flag, dont_inherit=True)
         namespace: dict[str, Any] = {}
         exec(code, module.__dict__, namespace)  # globals: the module's own, as if defined there
         *outer, name = unit.split(".")
@@ -213,6 +267,13 @@ def stand_in(exercises: Iterable[str] | None = None, quiet: bool = False) -> lis
     if not is_student_build():
         return []  # the repository: every region is the reference
     ids = [e.id for e in EXERCISES if e.kind == "build"] if exercises is None else list(exercises)
+    if not reference_bodies() and not compiled_references():  # compiled by another Python: nothing can stand in
+        todo = [e for e in ids if e in {r.exercise for r in find_regions(ROOT) if r.is_stub}]
+        if todo and not quiet:
+            print(f"Not written yet: {', '.join(sorted(todo, key=_order))}. This Python cannot run the copy's "
+                  "compiled reference (another version made it), so code that reaches one of them stops at its "
+                  "stub, naming it.")
+        return []
     done = _notebook_stand_ins.install(ids, only_stubs=True)
     if not quiet:
         for ex_id in done:

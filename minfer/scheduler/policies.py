@@ -1,6 +1,7 @@
-"""Priority, shortest-job-first and weighted-fair queue policies, refinements of FCFS (``policy.Policy``), and
-the registry ``POLICIES`` that maps each ``EngineConfig.policy`` name to its class. A new policy is a class here
-(or in a module of its own) plus one entry in ``POLICIES`` and its name in ``minfer.types.PolicyName``."""
+"""Priority, shortest-job-first and weighted-fair queue policies, refinements of FCFS (``policy.Policy``), the
+capstone's policy of the student's own design, and the registry ``POLICIES`` that maps each ``EngineConfig.policy``
+name to its class. A new policy is a class here (or in a module of its own) plus one entry in ``POLICIES`` and its
+name in ``minfer.types.PolicyName``."""
 
 from __future__ import annotations
 
@@ -206,7 +207,36 @@ class FairPolicy(Policy):
         self.served[req.tenant] += num_tokens
 
 
-POLICIES: dict[str, type[Policy]] = {p.name: p for p in (Policy, PriorityPolicy, ShortestJobFirstPolicy, FairPolicy)}
+class CapstonePolicy(HeapPolicy):
+    """The capstone: a policy of your own design, graded by goodput under TTFT and TPOT targets on a simulated
+    GPU (``minfer.scheduler.capstone`` holds the workload family, the targets and the scorer; chapter 09 sets it).
+
+    Your design is two keys. ``order`` sorts the waiting queue (smallest first); ``rank`` sorts the running list,
+    whose last request is the preemption victim (a rank must not change while the request runs). What you may
+    know of a request is what a server knows when it arrives: its prompt length, ``params.max_tokens``, arrival
+    time, priority and tenant, and ``front`` (it was preempted and goes back to the queue).
+
+    The reference weighs the prompt fully and the answer by a quarter: time to first token waits on the prompt's
+    prefill, while the answer's length only holds memory for longer -- so a short question with a long answer
+    goes before a long document with a short one. The victim is the request with the most work."""
+
+    name = "capstone"
+    victim_rule = "yours to choose (the reference: the running request with the most work)"
+
+    def order(self, req: Request, front: bool) -> tuple:
+        # BEGIN EXERCISE E9.4
+        first_token_work = req.num_prompt_tokens + req.params.max_tokens / 4  # the prefill decides TTFT
+        return (first_token_work, 0 if front else 1, req.arrival_time)
+        # END EXERCISE
+
+    def rank(self, req: Request) -> Any:
+        # BEGIN EXERCISE E9.4
+        return (req.num_prompt_tokens + req.params.max_tokens, req.admitted_seq)
+        # END EXERCISE
+
+
+POLICIES: dict[str, type[Policy]] = {p.name: p for p in (Policy, PriorityPolicy, ShortestJobFirstPolicy, FairPolicy,
+                                                         CapstonePolicy)}
 
 
 def make_policy(config: EngineConfig) -> Policy:
