@@ -138,7 +138,11 @@ def test_a_check_names_the_stand_ins_it_called_unwritten_or_set_aside(monkeypatc
     assert (run_exercise("E10.1").stand_ins, run_exercise("E10.1").set_aside) == ([], []), \
         "in the repository every region is the reference: nothing stands in"
 
+    original = StandIns.install
+
     def install(self, exercises, only_stubs=True, always=False):  # as in a student build: every other one swapped
+        if always:  # a hidden case compiling the reference to compare with: the real thing
+            return original(self, exercises, only_stubs, always)
         self.exercises += ["E3.1", "E5.1", "E6.1"]
         self.ran |= {"E3.1", "E5.1"}  # ... and E6.1's stand-in never called
         return ["E3.1", "E5.1", "E6.1"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from minfer.exercises.checks.common import cpu_sim_engine, greedy, same_schedule_as_reference, sim_engine, tiny_engine
+from minfer.exercises.checks.common import cpu_sim_engine, greedy, sim_engine, tiny_engine
 from minfer.exercises.harness import Measurement, Tester
 from minfer.request import SamplingParams
 
@@ -120,20 +120,3 @@ def check_victim(t: Tester) -> None:
                 engine.add_request(f"r{i}", [4 + 3 * i + j % 5 for j in range(p)], greedy(n))
             outs[blocks] = {k: o.outputs[0].token_ids for k, o in t.run(engine).items()}
         assert outs[10] == outs[100], "preemption changed the generated tokens"
-
-    with t.case("the same decisions as the reference, step by step, on two workloads under memory pressure",
-                hint="print engine.trace[i].describe() and viz.narrate(engine.trace[i]) around the step named above"):
-        def burst():
-            e = cpu_sim_engine(block_size=4, num_blocks=14, max_num_seqs=6, chunked_prefill_size=10)
-            for i, (p, n) in enumerate([(9, 20), (14, 9), (6, 26), (11, 14), (3, 22), (17, 6)]):
-                e.add_request(f"r{i}", [i + 1] * p, greedy(n))
-            return e
-
-        def priorities():
-            e = cpu_sim_engine(block_size=4, num_blocks=14, max_num_seqs=5, policy="priority", chunked_prefill_size=8)
-            for i, (p, n, prio) in enumerate([(10, 16, 2), (7, 12, 1), (12, 10, 0), (5, 18, 2), (8, 9, 1)]):
-                e.add_request(f"r{i}", [i + 1] * p, greedy(n), priority=prio)
-            return e
-
-        for build in (burst, priorities):
-            same_schedule_as_reference(t, "E6.1", build)

@@ -67,25 +67,3 @@ def refused(pool: BlockPool, method: Callable[..., object], *args: Any, why: str
     else:
         raise AssertionError(f"{call} should raise BlockPoolError" + (f": {why}" if why else ""))
     unchanged(pool, before, f"a refused {call}")
-
-
-def schedule(engine: LLMEngine) -> list[str]:
-    """What the scheduler decided, step by step: who computed which tokens, who was admitted or preempted."""
-    return [f"{t.describe()}{' admit:' + ','.join(t.admitted) if t.admitted else ''}" for t in engine.trace]
-
-
-def same_schedule_as_reference(t, exercise: str, build: Callable[[], LLMEngine], max_steps: int = 3000) -> None:
-    """Run the workload ``build()`` makes with the code as it is, then with the reference of ``exercise``
-    swapped in, and require the very same decisions in every step (invariants checked after each)."""
-    from minfer.exercises.standin import StandIns
-
-    engine = build()
-    t.run(engine, max_steps=max_steps)
-    with StandIns() as swaps:
-        swaps.install([exercise], always=True)
-        reference = build()
-        t.run(reference, max_steps=max_steps)
-    mine, ref = schedule(engine), schedule(reference)
-    for i, (a, b) in enumerate(zip(mine, ref)):
-        assert a == b, f"step {i} differs from the reference:\n  yours:     {a}\n  reference: {b}"
-    assert len(mine) == len(ref), f"{len(mine)} steps, the reference needs {len(ref)}"
