@@ -119,6 +119,15 @@ EXERCISES: tuple[Exercise, ...] = (
     _e("E6.3", 6, "A burst into a small pool", "recompute, swap, or reserve",
        "Why does the victim go back to the front of the queue? When would swapping its blocks to host memory "
        "beat recomputing them?"),
+    _b("E6.4", 6, "Recompute or swap?", "swap preemption: out to host memory and back",
+       "Write the swap path of the scheduler. In Scheduler._preempt: with preemption_mode=\"swap\", a victim that "
+       "has computed tokens (n > 0) whose K/V fit in the host pool (host.can_hold(n)) gets host blocks for them "
+       "(host.allocate(rid, n)) and out.swap_out[rid] lists the copies, (device block, host block) pairs in table "
+       "order, and keeps its num_computed_tokens; any other victim drops its K/V: num_computed_tokens = 0. In "
+       "Scheduler._admit: a request the host pool holds (rid in self.host_pool) takes total_blocks device blocks, "
+       "fills them with its computed tokens (pool.append_slots), gives its host blocks back (host_pool.free, which "
+       "returns them) and out.swap_in[rid] lists the copies back, (host block, device block) pairs in table order.",
+       "ch06:check_swap", 25),
     # 07 -- Triton kernels
     _b("E7.1", 7, "4. The paged-attention kernel", "the online-softmax loop",
        "Write the loop of paged_attention_kernel: for each tile of BLOCK_N keys, find their blocks through the "
@@ -144,6 +153,11 @@ EXERCISES: tuple[Exercise, ...] = (
        "one per step. How many prompt tokens does the cache serve in all?", "ch08:measure_cached_tokens"),
     _e("E8.3", 8, "6. Eviction: least recently used first", "what to evict",
        "Why is a prompt's last block evicted before its first? Give a workload where LRU is the wrong choice."),
+    _b("E8.4", 8, "6. Eviction: least recently used first", "eviction: reuse the block freed longest ago",
+       "Write BlockPool._take_free: take the block at the head of free_queue (the least recently freed) out of it "
+       "and give it one reference. If that block is still cached (block_hash[block] is not None) it is evicted: "
+       "its hash leaves hash_to_block, its block_hash becomes None, and num_evictions counts one more. A block "
+       "that is not cached is no eviction.", "ch08:check_eviction", 15),
     # 09 -- policies and SLAs
     _b("E9.1", 9, "2. Priority", "a new policy: shortest job first",
        "Write ShortestJobFirstPolicy.order and .rank: the least work (prompt + max_tokens) first, ties by "
@@ -153,6 +167,12 @@ EXERCISES: tuple[Exercise, ...] = (
     _e("E9.2", 9, "5. Queue timeouts", "what SJF does to long jobs",
        "Under steady load, what happens to a 1,000-token job behind a stream of short ones with SJF? Propose a "
        "fix from this chapter's knobs and say what it costs."),
+    _b("E9.3", 9, "3. Fairness between tenants", "fair queuing's virtual time",
+       "Write FairPolicy.level (a tenant's tokens served divided by its weight), _next_tenant (of the tenants "
+       "with a queue, the lowest level; ties: the one whose first waiting request arrived first), pop (take the "
+       "head of that tenant's queue, and move vtime up to its level -- vtime never decreases) and _queue (the "
+       "tenant's queue; a tenant without one gets a new, empty one, and re-enters at no less than the virtual "
+       "time: served[tenant] is raised to at least vtime * weight, never lowered).", "ch09:check_fair", 25),
     # 10 -- benchmarking and simulation
     _b("E10.1", 10, "1. What a serving benchmark measures", "goodput: did a request meet its SLO?",
        "Write SLO.met_by: a request counts toward goodput only if it was served (finished by 'stop' or 'length') "
@@ -164,6 +184,52 @@ EXERCISES: tuple[Exercise, ...] = (
        "context, take on a simulated H100-SXM?", "ch10:measure_h100_decode"),
     _e("E10.3", 10, "1. What a serving benchmark measures", "goodput versus throughput",
        "A change doubles throughput and halves goodput. How? Which would you report to a customer?"),
+    _b("E10.4", 10, "2. A roofline per step", "the attention terms of the cost model",
+       "Write the two attention terms of roofline_terms, each a (FLOPs, bytes) pair. A (query, key) pair costs "
+       "per_pair = 4 * num_layers * num_heads * head_dim FLOPs (q.k and p.v, 2 FLOPs per multiply-add, every "
+       "query head, every layer). Prefill: per_pair * prefill_pairs FLOPs; it reads its chunks' context K/V and "
+       "writes the new tokens' K/V: kv * (prefill_context + num_prefill_tokens) bytes. Decode: per_pair * "
+       "decode_context FLOPs and kv * (decode_context + num_decode_tokens) bytes (kv: bytes of K/V per token, "
+       "already computed). The shape's fields may be numbers or numpy arrays.", "ch10:check_attention_terms", 15),
+    # 11 -- the scheduler visualizer
+    _b("E11.1", 11, "4. The same scheduler on a simulated H100", "read a trace: find the preemptions",
+       "Write minfer.trace.preemptions: one Preemption per Preempted decision in the trace (StepTrace.decisions), "
+       "in order: the victim (request), the step, by, tokens, swapped (it copied blocks to host memory: "
+       "swapped_blocks > 0) and resumed: the step of the victim's next admission (StepTrace.admitted) after that "
+       "preemption, or None if the trace ends first. A step preempts before it admits, so a victim re-admitted in "
+       "the same step resumed there; a request preempted twice makes two entries.",
+       "ch11:check_preemptions", 20),
+    _p("E11.2", 11, "4. The same scheduler on a simulated H100", "the next step",
+       "The chapter prints four requests decoding, step by step, up to step 19, with the blocks each holds and the "
+       "free blocks. How many tokens will step 20 compute?", "ch11:measure_next_tokens"),
+    _e("E11.3", 11, "4. The same scheduler on a simulated H100", "explain a preemption",
+       "Pick one preemption of the 40-block run: why was that request the victim, what made the pool run dry in "
+       "that step, and what did the preemption cost in tokens and in steps?"),
+    # 12 -- serving over HTTP
+    _b("E12.1", 12, "1. Choosing a token: temperature, top-k, top-p, seeds", "temperature, top-k and top-p",
+       "Write filter_logits for a batch, each row with its own temperature, top_k and top_p: divide the row's "
+       "logits by its temperature, then set to -inf every token outside its top_k highest, and every token outside "
+       "its top-p set -- the highest-probability tokens, in order, while the probability of those before them "
+       "(softmax over what top-k kept) is below top_p: the favourite always stays. top_k = vocab and top_p = 1 "
+       "filter nothing. Return the logits in the vocabulary's order.", "ch12:check_filter_logits", 25),
+    _b("E12.2", 12, "2. From tokens to text, one step at a time", "the incremental detokenizer",
+       "Write Detokenizer.update: decode the request's whole output; if it has stop strings and ending is None or "
+       "\"length\", look for each (in order) in the new text only (from len(streamed) - len(stop) on): the first "
+       "found cuts the text before it, ending becomes \"stop\" and the update names it. Unless the request ends, "
+       "hold back the last max(len(stop)) - 1 characters (with stop strings) and then any trailing \"\\ufffd\". "
+       "Send what the settled text adds to what was streamed (nothing if it no longer starts with it), remember "
+       "it -- or the whole text when the request ends -- and return TextUpdate(new_text, stop).",
+       "ch12:check_detokenizer", 30),
+    _b("E12.3", 12, "4. Talking to it", "a streamed event",
+       "Write protocol.chunk and protocol.sse. chunk: {id, object, created, model, choices: [choice]}; the choice "
+       "has index 0, logprobs None, finish_reason (protocol.finish_reason(out)) and, only once finished, "
+       "stop_reason; chat: object \"chat.completion.chunk\" and delta {content: out.new_text}, with role "
+       "\"assistant\" first in the first chunk only; completion: object \"text_completion\" and text. With "
+       "include_usage every chunk has \"usage\": None. sse: b\"data: \" + the JSON (or a string as it is) + "
+       "two newlines.", "ch12:check_stream_chunk", 20),
+    _p("E12.4", 12, "1. Choosing a token: temperature, top-k, top-p, seeds", "what top-p keeps",
+       "Eight tokens have logits 3, 2, 1, 0, -1, -2, -3, -4. With temperature 0.5 and top_p 0.9, how many of them "
+       "can be sampled?", "ch12:measure_top_p_kept"),
 )
 
 BY_ID = {e.id: e for e in EXERCISES}
