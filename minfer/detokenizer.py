@@ -39,6 +39,7 @@ class Detokenizer:
         then all of its text is settled. Stop strings are sought in the new text unless it ends for another
         reason than its length (an EOS or a stop token already stopped it; an abort or a refusal added no
         token). A stop string found cuts the text there, and the request ends with it."""
+        # BEGIN EXERCISE E12.2
         streamed = self.streamed.get(req.request_id, "")
         text = self.tokenizer.decode(req.output_token_ids)
         stops = req.params.stop
@@ -57,6 +58,7 @@ class Detokenizer:
         new = settled[len(streamed):] if settled.startswith(streamed) else ""
         self.streamed[req.request_id] = text if ending else streamed + new
         return TextUpdate(new, hit)
+        # END EXERCISE
 
     def text(self, request_id: str) -> str:
         """The text streamed so far."""

@@ -16,6 +16,7 @@ from minfer.request import SamplingParams
 
 def filter_logits(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Tensor) -> Tensor:
     """Scale by temperature, then mask (to -inf) tokens outside each row's top-k and top-p set."""
+    # BEGIN EXERCISE E12.1
     logits = logits / temperature[:, None]
     vocab = logits.shape[-1]
     if bool((top_k < vocab).any()) or bool((top_p < 1).any()):
@@ -28,6 +29,7 @@ def filter_logits(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Ten
         sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
         logits = torch.empty_like(logits).scatter_(-1, order, sorted_logits)
     return logits
+    # END EXERCISE
 
 
 def sample(logits: Tensor, params: list[SamplingParams], generators: list[torch.Generator | None],

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from minfer.jsonl import read_jsonl, save_jsonl
-from minfer.plan import Decision, decision_from_dict
+from minfer.plan import Decision, Preempted, decision_from_dict
 
 
 @dataclass(slots=True)
@@ -86,6 +86,42 @@ class StepTrace:
         extra = ("".join(f" preempt:{r}" for r in self.preempted) + "".join(f" swap-out:{r}" for r in self.swapped_out)
                  + "".join(f" swap-in:{r}" for r in self.swapped_in) + "".join(f" done:{r}" for r in self.finished))
         return f"Step {self.step}: " + (" ".join(parts) or "(idle)") + extra
+
+
+@dataclass(slots=True)
+class Preemption:
+    """One preemption read back from a trace: who lost its KV blocks, when, for whom, and when it came back."""
+
+    request: str  # the victim
+    step: int  # the step that preempted it
+    by: str  # the request it made room for (the victim itself, when it was the one that needed a block)
+    tokens: int  # computed tokens it held then
+    swapped: bool  # its K/V were copied to host memory; otherwise they are dropped
+    resumed: int | None = None  # the step that admitted it again; None if the trace ends first
+
+    @property
+    def recomputed(self) -> int:
+        """Tokens computed a second time because of this preemption: all it held, unless they were swapped."""
+        return 0 if self.swapped else self.tokens
+
+
+def preemptions(trace: list[StepTrace]) -> list[Preemption]:
+    """Every preemption in ``trace``, in order, each paired with the step that re-admitted its victim. Within a
+    step the scheduler preempts before it admits, so a victim may come back in the very step that preempted it."""
+    # BEGIN EXERCISE E11.1
+    found: list[Preemption] = []
+    away: dict[str, Preemption] = {}  # victims not admitted again yet
+    for t in trace:
+        for d in t.decisions:
+            if isinstance(d, Preempted):
+                p = Preemption(d.request, t.step, d.by, d.tokens, swapped=d.swapped_blocks > 0)
+                found.append(p)
+                away[d.request] = p
+        for rid in t.admitted:
+            if rid in away:
+                away.pop(rid).resumed = t.step
+    return found
+    # END EXERCISE
 
 
 def save_trace(trace: list[StepTrace], path: str | Path) -> None:

@@ -26,12 +26,12 @@ def notebook_of(chapter: int) -> Path:
     return path
 
 
-def test_every_chapter_from_01_to_10_sets_exercises():
+def test_every_chapter_from_01_to_12_sets_exercises():
     ids = [e.id for e in EXERCISES]
-    assert len(ids) == len(set(ids)) >= 16
+    assert len(ids) == len(set(ids)) >= 40
     for e in EXERCISES:
         assert re.fullmatch(rf"E{e.chapter}\.\d+", e.id), f"{e.id} is numbered for chapter {e.chapter}"
-    for chapter in range(1, 11):
+    for chapter in range(1, 13):
         mine = [e for e in EXERCISES if e.chapter == chapter]
         numbers = sorted(int(e.id.split(".")[1]) for e in mine)
         assert numbers == list(range(1, len(mine) + 1)), f"chapter {chapter}: exercises {numbers} are not 1..n"
@@ -128,5 +128,22 @@ def test_exercise_cells_keep_notebooks_honest():
 def test_the_instructor_guide_answers_every_exercise():
     guide = (ROOT / "docs/instructor.md").read_text()
     for e in EXERCISES:
-        assert f"| {e.id} | {e.kind} | {e.minutes} | {e.title} |" in guide, f"{e.id}: not in the guide's table"
+        after = ", ".join(e.requires) or "-"
+        assert f"| {e.id} | {e.kind} | {e.minutes} | {e.difficulty} | {after} | {e.title} |" in guide, (
+            f"{e.id}: not in the guide's table (or not as the catalog says)")
         assert re.search(rf"^#### {re.escape(e.id)} · {e.kind}: ", guide, re.M), f"{e.id}: no model answer in the guide"
+
+
+def test_the_course_ramps_and_every_chapter_announces_its_exercises_as_the_catalog_says():
+    """Kind, difficulty, time and prerequisites are stated once, in the catalog; every chapter's heading of an
+    exercise is the catalog's ``heading``. Prerequisites come earlier; never two hard exercises in a row."""
+    order = [e.id for e in EXERCISES]
+    for i, e in enumerate(EXERCISES):
+        assert e.difficulty in (1, 2, 3) and e.minutes > 0, e.id
+        assert all(r in order[:i] for r in e.requires), f"{e.id} requires {e.requires}: not all set before it"
+        if i and e.difficulty == 3:
+            assert EXERCISES[i - 1].difficulty < 3, f"{EXERCISES[i - 1].id} and {e.id}: two hard exercises in a row"
+    for chapter in range(1, 13):
+        cells = [c.source for c in nbformat.read(notebook_of(chapter), as_version=4).cells if c.cell_type == "markdown"]
+        for e in (e for e in EXERCISES if e.chapter == chapter):
+            assert any(c.startswith(f"### {e.heading}\n") for c in cells), f"chapter {chapter:02d} lacks '{e.heading}'"

@@ -261,6 +261,127 @@ MUTANTS = [
            "t = m.token_times\n"
            "if self.tpot is not None and len(t) > 1 and (m.finished_time - t[0]) / (len(t) - 1) > self.tpot:",
            "served requests"),
+    # ---- E6.4 ------------------------------------------------------------------------------------------------
+    Mutant('E6.4 swaps whether or not the host pool has room', 'E6.4', 'Scheduler._preempt',
+           'swap and n > 0 and host.can_hold(n)', 'swap and n > 0', 'full host pool'),
+    Mutant('E6.4 drops the computed tokens of a swapped victim too', 'E6.4', 'Scheduler._preempt',
+           'host.allocate(rid, n)))\n', 'host.allocate(rid, n)))\n    req.num_computed_tokens = 0\n', 'swap out'),
+    Mutant('E6.4 copies the table out last block first', 'E6.4', 'Scheduler._preempt',
+           'zip(self.pool.table(rid),', 'zip(reversed(self.pool.table(rid)),', 'swap out'),
+    Mutant('E6.4 lists the copies back as (device, host) pairs', 'E6.4', 'Scheduler._admit',
+           'list(zip(self.host_pool.free(rid), self.pool.table(rid)))',
+           'list(zip(self.pool.table(rid), self.host_pool.free(rid)))', 'swap in'),
+    Mutant('E6.4 never gives the host blocks back', 'E6.4', 'Scheduler._admit',
+           'list(zip(self.host_pool.free(rid), self.pool.table(rid)))',
+           'list(zip(self.host_pool.tables[rid], self.pool.table(rid)))', 'swap out'),
+    # ---- E8.4 ------------------------------------------------------------------------------------------------
+    Mutant('E8.4 takes the most recently freed block', 'E8.4', 'BlockPool._take_free',
+           'popitem(last=False)', 'popitem(last=True)', 'fresh pool'),
+    Mutant('E8.4 leaves the evicted hash in the index', 'E8.4', 'BlockPool._take_free',
+           '    del self.hash_to_block[h]\n', '', 'evicts it'),
+    Mutant("E8.4 keeps the evicted block's hash", 'E8.4', 'BlockPool._take_free',
+           '    self.block_hash[block] = None\n', '', 'evicts it'),
+    Mutant('E8.4 does not count evictions', 'E8.4', 'BlockPool._take_free',
+           '    self.num_evictions += 1\n', '', 'evicts it'),
+    Mutant('E8.4 gives the block no reference', 'E8.4', 'BlockPool._take_free',
+           'self.ref_counts[block] = 1\n', '', 'fresh pool'),
+    # ---- E9.3 ------------------------------------------------------------------------------------------------
+    Mutant('E9.3 multiplies by the weight', 'E9.3', 'FairPolicy.level',
+           '/ self.weight(tenant)', '* self.weight(tenant)', 'level'),
+    Mutant('E9.3 breaks ties by tenant order, not by arrival', 'E9.3', 'FairPolicy._next_tenant',
+           'key=lambda t: (self.level(t), self.queues[t][0].arrival_time)', 'key=self.level',
+           'lowest level goes next'),
+    Mutant('E9.3 never advances the virtual time', 'E9.3', 'FairPolicy.pop',
+           'self.vtime = max(self.vtime, self.level(tenant))  # the virtual time: the level served last, never lower\n',
+           '', 'pop moves the virtual time'),
+    Mutant('E9.3 lets the virtual time fall', 'E9.3', 'FairPolicy.pop',
+           'max(self.vtime, self.level(tenant))', 'self.level(tenant)', 'pop moves the virtual time'),
+    Mutant('E9.3 lets an idle tenant bank credit', 'E9.3', 'FairPolicy._queue',
+           'max(self.served[tenant], self.vtime * self.weight(tenant))', 'self.served[tenant]', 'back from idle'),
+    Mutant('E9.3 lowers what a returning tenant was served', 'E9.3', 'FairPolicy._queue',
+           'max(self.served[tenant], self.vtime * self.weight(tenant))', 'self.vtime * self.weight(tenant)',
+           'back from idle'),
+    Mutant('E9.3 re-enters at the virtual time, forgetting the weight', 'E9.3', 'FairPolicy._queue',
+           'self.vtime * self.weight(tenant))', 'self.vtime)', 'back from idle'),
+    # ---- E10.4 -----------------------------------------------------------------------------------------------
+    Mutant('E10.4 counts a multiply-add as one FLOP, or q.k only', 'E10.4', 'roofline_terms',
+           'per_pair = 4 *', 'per_pair = 2 *', 'one decode token'),
+    Mutant('E10.4 counts KV heads, not query heads, for the FLOPs', 'E10.4', 'roofline_terms',
+           'c.num_heads * c.head_dim', 'c.num_kv_heads * c.head_dim', 'one decode token'),
+    Mutant("E10.4 forgets the decode token's own K/V write", 'E10.4', 'roofline_terms',
+           'kv * (shape.decode_context + shape.num_decode_tokens)', 'kv * shape.decode_context', 'one decode token'),
+    Mutant('E10.4 reads K/V once per (query, key) pair', 'E10.4', 'roofline_terms',
+           'kv * (shape.prefill_context + shape.num_prefill_tokens)', 'kv * shape.prefill_pairs', 'prefill chunk'),
+    Mutant('E10.4 prices prefill attention as linear in the chunk', 'E10.4', 'roofline_terms',
+           'per_pair * shape.prefill_pairs', 'per_pair * shape.num_prefill_tokens', 'prefill chunk'),
+    # ---- E11.1 -----------------------------------------------------------------------------------------------
+    Mutant('E11.1 never marks a swap', 'E11.1', 'preemptions',
+           'swapped=d.swapped_blocks > 0', 'swapped=False', 'preempted twice'),
+    Mutant('E11.1 names the victim as the one it made room for', 'E11.1', 'preemptions',
+           't.step, d.by, d.tokens', 't.step, d.request, d.tokens', 'one preemption'),
+    Mutant("E11.1 reads a step's admissions before its preemptions", 'E11.1', 'preemptions',
+           ('    for d in t.decisions:\n'
+            '        if isinstance(d, Preempted):\n'
+            '            p = Preemption(d.request, t.step, d.by, d.tokens, swapped=d.swapped_blocks > 0)\n'
+            '            found.append(p)\n'
+            '            away[d.request] = p\n'
+            '    for rid in t.admitted:\n'
+            '        if rid in away:\n'
+            '            away.pop(rid).resumed = t.step\n'),
+           ('    for rid in t.admitted:\n'
+            '        if rid in away:\n'
+            '            away.pop(rid).resumed = t.step\n'
+            '    for d in t.decisions:\n'
+            '        if isinstance(d, Preempted):\n'
+            '            p = Preemption(d.request, t.step, d.by, d.tokens, swapped=d.swapped_blocks > 0)\n'
+            '            found.append(p)\n'
+            '            away[d.request] = p\n'),
+           'very step that preempted it'),
+    # ---- E12.1 -----------------------------------------------------------------------------------------------
+    Mutant("E12.1 top-p counts each token's own probability", 'E12.1', 'filter_logits',
+           '(probs.cumsum(dim=-1) - probs) >= top_p[:, None]', 'probs.cumsum(dim=-1) > top_p[:, None]', 'top-p keeps'),
+    Mutant('E12.1 top-p on the probabilities before top-k', 'E12.1', 'filter_logits',
+           'sorted_logits.masked_fill(drop, float("-inf")).softmax(dim=-1)', 'sorted_logits.softmax(dim=-1)',
+           'top-p applies to what top-k kept'),
+    Mutant('E12.1 returns the logits in sorted order', 'E12.1', 'filter_logits',
+           'logits = torch.empty_like(logits).scatter_(-1, order, sorted_logits)', 'logits = sorted_logits',
+           'top-k keeps'),
+    Mutant('E12.1 keeps k + 1 tokens', 'E12.1', 'filter_logits',
+           'ranks >= top_k[:, None]', 'ranks > top_k[:, None]', 'top-k keeps'),
+    Mutant('E12.1 applies the temperature after filtering', 'E12.1', 'filter_logits',
+           'logits = logits / temperature[:, None]\n', '', 'temperature comes before top-p',
+           more=(('return logits\n', 'return logits / temperature[:, None]\n'),)),
+    # ---- E12.2 -----------------------------------------------------------------------------------------------
+    Mutant("E12.2 holds back a whole stop string's length", 'E12.2', 'Detokenizer.update',
+           '- max(map(len, stops)) + 1)', '- max(map(len, stops)))', 'held-back text'),
+    Mutant('E12.2 holds nothing back for stop strings', 'E12.2', 'Detokenizer.update',
+           'settled = settled[: max(0, len(settled) - max(map(len, stops)) + 1)]', 'pass', 'never sent'),
+    Mutant('E12.2 sends half a character', 'E12.2', 'Detokenizer.update',
+           'settled = settled.rstrip("\\ufffd")', 'pass', 'half a character'),
+    Mutant('E12.2 cuts a request that an EOS ended', 'E12.2', 'Detokenizer.update',
+           'if stops and ending in (None, "length"):', 'if stops:', 'another reason'),
+    Mutant('E12.2 keeps the stop string in the text', 'E12.2', 'Detokenizer.update',
+           'text[:at], s, "stop"', 'text[: at + len(s)], s, "stop"', 'never sent'),
+    # ---- E12.3 -----------------------------------------------------------------------------------------------
+    Mutant('E12.3 sends the role in every chunk', 'E12.3', 'chunk',
+           '{"role": "assistant"} if first else {}', '{"role": "assistant"}', 'chat chunk'),
+    Mutant('E12.3 a stop reason in every chunk', 'E12.3', 'chunk',
+           'if reason is not None:\n    choice["stop_reason"]', 'choice["stop_reason"]', 'last chunk'),
+    Mutant('E12.3 usage without include_usage', 'E12.3', 'chunk',
+           'if gen.include_usage:\n    body["usage"] = None', 'body["usage"] = None', 'include_usage'),
+    Mutant('E12.3 the non-streaming object name', 'E12.3', 'chunk',
+           'obj = "chat.completion.chunk"', 'obj = "chat.completion"', 'chat chunk'),
+    Mutant('E12.3 ends an event with one newline', 'E12.3', 'sse', '\\n\\n".encode()', '\\n".encode()', 'sse'),
+    # ---- E9.4 (the capstone) ---------------------------------------------------------------------------------
+    Mutant("E9.4 ranks by the tokens so far", "E9.4", "CapstonePolicy.rank",
+           "req.num_prompt_tokens + req.params.max_tokens,", "req.num_tokens,", "does not change"),
+    Mutant("E9.4 serves the most work first", "E9.4", "CapstonePolicy.order",
+           "return (first_token_work,", "return (-first_token_work,", "goodput on the sample"),
+    Mutant("E9.4 keeps arrival order (first come, first served with preempted first)", "E9.4",
+           "CapstonePolicy.order", "return (first_token_work, 0 if front else 1,", "return (0 if front else 1,",
+           "goodput on the sample"),
+    Mutant("E9.4 orders by the answer's length alone", "E9.4", "CapstonePolicy.order",
+           "first_token_work,", "-req.params.max_tokens,", "goodput on the sample"),
 ]
 
 ALTERNATIVES = [
@@ -434,6 +555,121 @@ ALTERNATIVES = [
         tpot_ok = self.tpot is None or m.tpot is None or m.tpot <= self.tpot  # one token: no TPOT to miss
         e2e_ok = self.e2e is None or (m.e2e is not None and m.e2e <= self.e2e)
         return ttft_ok and tpot_ok and e2e_ok
+        """}),
+    Alternative('E6.4 the recompute branch first, pairs by comprehension', 'E6.4', {
+        'Scheduler._preempt': """
+        swap = self.config.preemption_mode == "swap"
+        if not (swap and n > 0 and host.can_hold(n)):
+            req.num_computed_tokens = 0  # recompute
+        else:
+            host_blocks = host.allocate(rid, n)
+            out.swap_out[rid] = [(d, h) for d, h in zip(self.pool.table(rid), host_blocks)]
+        """}),
+    Alternative('E6.4 frees the host blocks first, pairs with what allocate returned', 'E6.4', {
+        'Scheduler._admit': """
+        if rid in self.host_pool:
+            host_blocks = self.host_pool.free(rid)
+            device_blocks = self.pool.allocate(rid, total_blocks)
+            self.pool.append_slots(rid, req.num_computed_tokens)
+            out.swap_in[rid] = list(zip(host_blocks, device_blocks))
+        """}),
+    Alternative('E8.4 the head by iteration, the walrus for the hash', 'E8.4', {
+        'BlockPool._take_free': """
+        block = next(iter(self.free_queue))
+        del self.free_queue[block]
+        if (h := self.block_hash[block]) is not None:
+            self.hash_to_block.pop(h)
+            self.block_hash[block] = None
+            self.num_evictions += 1
+        self.ref_counts[block] = 1
+        return block
+        """}),
+    Alternative('E9.3 an if instead of max', 'E9.3', {
+        'FairPolicy.pop': """
+        tenant = self._next_tenant()
+        if self.level(tenant) > self.vtime:
+            self.vtime = self.level(tenant)
+        return self._take(tenant, self.queues[tenant].popleft())
+        """}),
+    Alternative('E9.3 the first of the sorted tenants', 'E9.3', {
+        'FairPolicy._next_tenant': """
+        return sorted(self.queues, key=lambda t: (self.level(t), self.queues[t][0].arrival_time))[0]
+        """}),
+    Alternative('E10.4 the factors spelled out, the bytes as two sums', 'E10.4', {
+        'roofline_terms': """
+        flops_per_pair = 2 * 2 * c.num_layers * c.num_heads * c.head_dim  # two products, a multiply-add each
+        prefill = (flops_per_pair * shape.prefill_pairs, kv * shape.prefill_context + kv * shape.num_prefill_tokens)
+        decode = (flops_per_pair * shape.decode_context, kv * shape.decode_context + kv * shape.num_decode_tokens)
+        """}),
+    Alternative('E11.1 closes the open preemption by search', 'E11.1', {
+        'preemptions': """
+        found: list[Preemption] = []
+        for t in trace:
+            for d in t.decisions:
+                if d.kind == "preempted":
+                    found.append(Preemption(d.request, t.step, d.by, d.tokens, d.swapped_blocks > 0))
+            for rid in t.admitted:
+                for p in found:
+                    if p.request == rid and p.resumed is None:
+                        p.resumed = t.step
+        return found
+        """}),
+    Alternative('E12.1 row by row', 'E12.1', {
+        'filter_logits': """
+        logits = logits / temperature[:, None]
+        if bool((top_k < logits.shape[-1]).any()) or bool((top_p < 1).any()):
+            for row, k, p in zip(logits, top_k.tolist(), top_p.tolist()):
+                ranked, order = row.sort(descending=True)
+                ranked[k:] = float("-inf")
+                probs = ranked.softmax(dim=-1)
+                ranked[probs.cumsum(dim=-1) - probs >= p] = float("-inf")
+                row[order] = ranked  # the row is a view of logits: written in place
+        return logits
+        """}),
+    Alternative('E12.2 the hold-back computed once, 0 without stop strings', 'E12.2', {
+        'Detokenizer.update': """
+        before = self.streamed.get(req.request_id, "")
+        text = self.tokenizer.decode(req.output_token_ids)
+        stops = req.params.stop or []
+        found = None
+        if ending is None or ending == "length":
+            for s in stops:
+                at = text.find(s, max(0, len(before) - len(s)))
+                if at != -1:
+                    text, found, ending = text[:at], s, "stop"
+                    break
+        if ending:
+            settled = text
+        else:
+            hold = max((len(s) for s in stops), default=1) - 1
+            settled = text[: max(0, len(text) - hold)].rstrip("\ufffd")
+        new = settled[len(before):] if settled.startswith(before) else ""
+        self.streamed[req.request_id] = text if ending else before + new
+        return TextUpdate(new, found)
+        """}),
+    Alternative('E12.3 the delta by unpacking, usage by a dict union', 'E12.3', {
+        'chunk': """
+        reason = finish_reason(out)
+        choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": reason}
+        if out.finished:
+            choice["stop_reason"] = out.outputs[0].stop_reason
+        if gen.kind == "chat":
+            choice["delta"] = {**({"role": "assistant"} if first else {}), "content": out.new_text}
+            kind = "chat.completion.chunk"
+        else:
+            choice["text"] = out.new_text
+            kind = "text_completion"
+        body = {"id": rid, "object": kind, "created": created, "model": model, "choices": [choice]}
+        return body | ({"usage": None} if gen.include_usage else {})
+        """}),
+    Alternative('E12.3 bytes joined', 'E12.3', {
+        'sse': """
+        payload = data if isinstance(data, str) else json.dumps(data)
+        return b"data: " + payload.encode() + b"\n\n"
+        """}),
+    Alternative("E9.4 least total work first (E9.1's keys)", "E9.4", {
+        "CapstonePolicy.order": """
+        return (req.num_prompt_tokens + req.params.max_tokens, not front, req.arrival_time)
         """}),
 ]
 

@@ -174,6 +174,9 @@ class BlockPool:
         return self.tables[owner]
 
     def _take_free(self) -> int:
+        """The block freed longest ago, with one reference. A block still cached is evicted here: its hash leaves
+        the index, since the new owner is about to overwrite its K/V."""
+        # BEGIN EXERCISE E8.4
         block, _ = self.free_queue.popitem(last=False)
         h = self.block_hash[block]
         if h is not None:  # evict: its cached content is about to be overwritten
@@ -182,6 +185,7 @@ class BlockPool:
             self.num_evictions += 1
         self.ref_counts[block] = 1
         return block
+        # END EXERCISE
 
     # ---- prefix caching --------------------------------------------------------------------------
     def lookup(self, hashes: Sequence[int]) -> list[int]:

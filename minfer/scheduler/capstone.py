@@ -26,7 +26,7 @@ SLO_TTFT = 0.5  # seconds to the first token
 SLO_TPOT = 0.025  # seconds per output token after the first
 TARGETS = SLO(ttft=SLO_TTFT, tpot=SLO_TPOT)
 SAMPLE_SEED = 0
-PASS_GAIN = 2.0  # a pass: at least twice the goodput of first come, first served, on the graded workloads
+PASS_GAIN = 3.0  # a pass: at least three times the goodput of first come, first served, on the graded workloads
 ARENA = dict(executor="sim", model="llama-3-8b", hardware="H100-SXM", max_num_seqs=64, num_blocks=2500)
 
 

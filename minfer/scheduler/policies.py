@@ -145,19 +145,27 @@ class FairPolicy(Policy):
         return self.weights.get(tenant, 1.0) if tenant is not None else 1.0
 
     def level(self, tenant: str | None) -> float:
+        """Tokens served per unit of weight: what fair queuing evens out."""
+        # BEGIN EXERCISE E9.3
         return self.served[tenant] / self.weight(tenant)
+        # END EXERCISE
 
     def _queue(self, tenant: str | None) -> deque[Request]:
         """The tenant's queue; a tenant that had none is (re)activated at the virtual time."""
+        # BEGIN EXERCISE E9.3
         q = self.queues.get(tenant)
         if q is None:
             q = self.queues[tenant] = deque()
             # no banked credit: an idle tenant comes back at the current fair level, not below it
             self.served[tenant] = max(self.served[tenant], self.vtime * self.weight(tenant))
         return q
+        # END EXERCISE
 
     def _next_tenant(self) -> str | None:
+        """The waiting tenant with the lowest level; of equals, the one whose next request arrived first."""
+        # BEGIN EXERCISE E9.3
         return min(self.queues, key=lambda t: (self.level(t), self.queues[t][0].arrival_time))
+        # END EXERCISE
 
     def push(self, req: Request) -> None:
         self._queue(req.tenant).append(req)
@@ -171,9 +179,11 @@ class FairPolicy(Policy):
         return self.queues[self._next_tenant()][0] if self.size else None
 
     def pop(self) -> Request:
+        # BEGIN EXERCISE E9.3
         tenant = self._next_tenant()
-        self.vtime = max(self.vtime, self.level(tenant))
+        self.vtime = max(self.vtime, self.level(tenant))  # the virtual time: the level served last, never lower
         return self._take(tenant, self.queues[tenant].popleft())
+        # END EXERCISE
 
     def remove(self, req: Request) -> None:
         self.queues[req.tenant].remove(req)

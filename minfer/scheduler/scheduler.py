@@ -265,10 +265,12 @@ class Scheduler:
         """Move ``req`` into the running list with its blocks (shared prefix hits, host copies, new ones) and
         record why it could start: ``n`` tokens this step, and the blocks it took."""
         rid, free = req.request_id, self.pool.num_free_blocks
+        # BEGIN EXERCISE E6.4
         if rid in self.host_pool:  # its K/V come back from host memory, copied before this step's forward pass
             self.pool.allocate(rid, total_blocks)
             self.pool.append_slots(rid, req.num_computed_tokens)  # within the blocks just allocated
             out.swap_in[rid] = list(zip(self.host_pool.free(rid), self.pool.table(rid)))
+        # END EXERCISE
         if hits:
             self.pool.share(rid, hits)
             req.num_computed_tokens = len(hits) * self.block_size
@@ -302,11 +304,13 @@ class Scheduler:
         recomputed when it returns. ``by`` is the request it makes room for (``cause`` says why; maybe itself)."""
         rid, n, host = req.request_id, req.num_computed_tokens, self.host_pool
         self._remove_running(req)
+        # BEGIN EXERCISE E6.4
         swap = self.config.preemption_mode == "swap"
         if swap and n > 0 and host.can_hold(n):
             out.swap_out[rid] = list(zip(self.pool.table(rid), host.allocate(rid, n)))
         else:
             req.num_computed_tokens = 0
+        # END EXERCISE
         self.pool.free(rid)
         req.status = RequestStatus.WAITING
         req.metrics.num_preemptions += 1

@@ -220,6 +220,7 @@ def response(gen: Generation, rid: str, created: int, model: str, text: str, fin
 
 def chunk(gen: Generation, rid: str, created: int, model: str, out: RequestOutput, first: bool) -> dict:
     """One streamed event: this step's new text (and the finish reason, on the last)."""
+    # BEGIN EXERCISE E12.3
     reason = finish_reason(out)
     choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": reason}
     if reason is not None:
@@ -236,6 +237,7 @@ def chunk(gen: Generation, rid: str, created: int, model: str, out: RequestOutpu
     if gen.include_usage:
         body["usage"] = None  # every chunk has the key; the last one (after the finish) carries the counts
     return body
+    # END EXERCISE
 
 
 def usage_chunk(gen: Generation, rid: str, created: int, model: str, final: RequestOutput) -> dict:
@@ -245,6 +247,6 @@ def usage_chunk(gen: Generation, rid: str, created: int, model: str, final: Requ
 
 def sse(data: dict | str) -> bytes:
     """One server-sent event: ``data: <json>`` and a blank line."""
+    # BEGIN EXERCISE E12.3
     return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode()
-
-
+    # END EXERCISE

@@ -85,10 +85,12 @@ def roofline_terms(model: ModelSpec, dtype: str, shape: StepShape) -> list[tuple
     head = model.lm_head_parameters * (shape.num_sampled > 0)  # no token samples: the LM head does not run
     linear = (2 * shape.num_tokens * model.layer_matmul_parameters + 2 * shape.num_sampled * head,
               (model.layer_matmul_parameters + head) * elem)
+    # BEGIN EXERCISE E10.4
     per_pair = 4 * c.num_layers * c.num_heads * c.head_dim  # q·k and p·v, every head, every layer
     # attention reads the context's K/V and writes the new tokens' K/V
     prefill = (per_pair * shape.prefill_pairs, kv * (shape.prefill_context + shape.num_prefill_tokens))
     decode = (per_pair * shape.decode_context, kv * (shape.decode_context + shape.num_decode_tokens))
+    # END EXERCISE
     return [linear, prefill, decode]
 
 

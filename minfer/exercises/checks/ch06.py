@@ -120,3 +120,103 @@ def check_victim(t: Tester) -> None:
                 engine.add_request(f"r{i}", [4 + 3 * i + j % 5 for j in range(p)], greedy(n))
             outs[blocks] = {k: o.outputs[0].token_ids for k, o in t.run(engine).items()}
         assert outs[10] == outs[100], "preemption changed the generated tokens"
+
+
+# ---- E6.4: swap preemption ----------------------------------------------------------------------------------
+def swap_storm(blocks: int = 12, swap_blocks: int | None = None, mode: str = "swap"):
+    """Six requests burst into a small pool on a simulated H100: victims swapped out and back in, again and again."""
+    engine = sim_engine(block_size=4, num_blocks=blocks, max_num_seqs=6, chunked_prefill_size=8,
+                            preemption_mode=mode, num_swap_blocks=swap_blocks)
+    for i, (p, n) in enumerate([(9, 14), (6, 18), (11, 10), (5, 16), (7, 12), (10, 9)]):
+        engine.add_request(f"r{i}", [3 + i] * p, greedy(n))
+    return engine
+
+
+def watch_swaps(engine) -> list[tuple[dict, dict, object, dict]]:
+    """Wrap the engine's scheduler: record, for every step, the device and host tables before it was planned, the
+    plan itself (``SchedulerOutput``) and the device tables after, so that a case can compare the copies the plan
+    lists with them."""
+    sched, seen = engine.scheduler, []
+    plan = sched.schedule
+
+    def schedule(now: float):
+        device = {k: list(v) for k, v in sched.pool.tables.items()}
+        host = {k: list(v) for k, v in sched.host_pool.tables.items()}
+        out = plan(now)
+        seen.append((device, host, out, {k: list(v) for k, v in sched.pool.tables.items()}))
+        return out
+
+    sched.schedule = schedule
+    return seen
+
+
+def check_swap(t: Tester) -> None:
+    with t.case("swap out: a victim's blocks are copied to host blocks, (device, host) pairs in table order, and it "
+                "keeps its computed tokens",
+                hint="pair self.pool.table(rid) with host.allocate(rid, n) before pool.free(rid) gives the device "
+                     "blocks back; do not set num_computed_tokens to 0 for a swapped victim"):
+        engine = swap_storm()
+        seen = watch_swaps(engine)
+        t.run(engine)
+        swapped = 0
+        for device, _, out, _ in seen:
+            for req in out.preempted:
+                rid = req.request_id
+                assert rid in out.swap_out, f"{rid} was preempted with room in the host pool, but not swapped out"
+                pairs = out.swap_out[rid]
+                assert [d for d, _ in pairs] == device[rid], (
+                    f"{rid}'s copies start from device blocks {[d for d, _ in pairs]}; its table was {device[rid]}")
+                n = next(d.tokens for d in out.decisions if d.kind == "preempted" and d.request == rid)
+                assert len(pairs) == -(-n // 4), f"{rid} held {n} tokens (blocks of 4) but {len(pairs)} are copied"
+                swapped += 1
+        assert swapped, "this case is meant to preempt"
+
+    with t.case("swap in: a returning victim takes device blocks, gets its host copies back as (host, device) pairs "
+                "in table order, and resumes where it stopped",
+                hint="allocate total_blocks, append_slots(rid, req.num_computed_tokens), then pair host_pool.free(rid) "
+                     "(its host blocks, in order) with the new table"):
+        engine = swap_storm()
+        seen = watch_swaps(engine)
+        t.run(engine)
+        resumed = 0
+        for _, host, out, after in seen:
+            for rid, pairs in out.swap_in.items():
+                assert [h for h, _ in pairs] == host[rid], (
+                    f"{rid} copies back from host blocks {[h for h, _ in pairs]}; it held {host[rid]}")
+                chunk = next(c for c in out.chunks if c.request.request_id == rid)
+                assert chunk.start > 0, f"{rid} was swapped in but computes from token 0 again"
+                assert [d for _, d in pairs] == after[rid][: len(pairs)], (
+                    f"{rid}'s copies go to device blocks {[d for _, d in pairs]}; its table starts "
+                    f"{after[rid][: len(pairs)]}")
+                resumed += 1
+        assert resumed, "this case is meant to swap victims back in"
+        assert engine.host_pool.num_used_blocks == 0, "host blocks still held after every request finished"
+
+    with t.case("a full host pool: the victim falls back to recompute",
+                hint="swap only if host.can_hold(n); otherwise set req.num_computed_tokens = 0"):
+        engine = swap_storm(swap_blocks=3)
+        seen = watch_swaps(engine)
+        t.run(engine)
+        fell_back = [r.request_id for _, _, out, _ in seen for r in out.preempted if r.request_id not in out.swap_out]
+        assert fell_back, "with 3 host blocks some victims cannot be swapped out"
+        assert max(tr.num_swapped_blocks for tr in engine.trace) <= 3
+
+    with t.case("recompute mode never swaps",
+                hint="swap only when self.config.preemption_mode == 'swap'"):
+        engine = swap_storm(mode="recompute")
+        t.run(engine)
+        assert any(tr.preempted for tr in engine.trace), "this case is meant to preempt"
+        assert not any(tr.swapped_out or tr.swapped_in for tr in engine.trace), "recompute mode copied blocks"
+
+    with t.case("swapped K/V give the very same tokens as a roomy pool (tiny model)",
+                hint="a swapped-in request must find its K/V where its new table says: the pairs' order matters"):
+        outs = {}
+        for blocks, mode in ((10, "swap"), (100, "recompute")):
+            engine = tiny_engine(block_size=4, num_blocks=blocks, max_num_seqs=4, chunked_prefill_size=8,
+                                 preemption_mode=mode)
+            for i, (p, n) in enumerate([(9, 12), (14, 9), (6, 16), (11, 10)]):
+                engine.add_request(f"r{i}", [4 + 3 * i + j % 5 for j in range(p)], greedy(n))
+            outs[mode] = {k: o.outputs[0].token_ids for k, o in t.run(engine).items()}
+            if mode == "swap":
+                assert any(tr.swapped_in for tr in engine.trace), "this case is meant to swap"
+        assert outs["swap"] == outs["recompute"], "swapping changed the generated tokens"

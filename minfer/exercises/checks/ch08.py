@@ -120,3 +120,67 @@ def measure_cached_tokens() -> Measurement:
                 "5 x 192 = 960 tokens. The last 8 system-prompt tokens sit in block 13 together with each user's "
                 "own tokens; that block's hash covers them too, so it never matches. 5 x 200 = 1,000 forgets that "
                 "only whole blocks are shared.")
+
+
+# ---- E8.4: eviction ---------------------------------------------------------------------------------------------
+def check_eviction(t: Tester) -> None:
+    with t.case("a fresh pool hands out blocks 0, 1, 2 ... each with one reference, and evicts nothing",
+                hint="popitem(last=False) takes the head of free_queue; set ref_counts[block] = 1"):
+        pool = BlockPool(6, 4)
+        assert pool.allocate("a", 4) == [0, 1, 2, 3], "a fresh pool hands out its blocks in order"
+        assert pool.snapshot().ref_counts == [1, 1, 1, 1, 0, 0]
+        assert pool.num_evictions == 0, f"{pool.num_evictions} evictions counted, but no block was cached"
+        pool.check_invariants(owners=["a"])
+
+    with t.case("the least recently freed block is reused first",
+                hint="new blocks come from the head of free_queue (freed blocks join its tail)"):
+        pool = BlockPool(6, 4)
+        pool.allocate("a", 2)
+        pool.allocate("b", 2)
+        pool.free("b")  # b's blocks 3, 2 join the tail, after 4 and 5
+        pool.free("a")  # then a's 1, 0
+        assert pool.allocate("c", 6) == [4, 5, 3, 2, 1, 0], (
+            f"blocks taken in order {pool.table('c')}: expected the free list's order [4, 5, 3, 2, 1, 0]")
+        pool.check_invariants(owners=["c"])
+
+    with t.case("reusing a cached free block evicts it: its hash leaves the index, and the eviction is counted",
+                hint="if block_hash[block] is not None: del hash_to_block[that hash], block_hash[block] = None, "
+                     "num_evictions += 1"):
+        pool, _, hashes = cached_pool()  # a's blocks 0, 1 cached; 2 partly filled
+        pool.free("a")  # free list: 3..7, then 2, 1, 0 (tail first)
+        pool.allocate("x", 6)  # blocks 3..7 and 2: nothing cached among them
+        assert pool.num_evictions == 0 and pool.lookup(hashes) == [0, 1], "blocks not yet reused stay cached"
+        pool.allocate("y", 1)  # block 1: a's second cached block
+        assert pool.table("y") == [1], f"expected block 1, the head of the free list, got {pool.table('y')}"
+        assert pool.num_evictions == 1, f"num_evictions is {pool.num_evictions}, expected 1"
+        assert pool.num_cached_blocks == 1 and not pool.snapshot().cached[1], "block 1's hash is still indexed"
+        assert pool.lookup(hashes) == [0], f"lookup after evicting block 1: {pool.lookup(hashes)}, expected [0]"
+        pool.check_invariants(owners=["x", "y"])
+
+    with t.case("an evicted block can be cached again under a new hash",
+                hint="clear both sides of the index: block_hash[block] and hash_to_block[hash]"):
+        pool, tokens, hashes = cached_pool()
+        pool.free("a")
+        pool.allocate("x", 8)  # every block: both cached ones evicted
+        assert pool.num_evictions == 2 and pool.num_cached_blocks == 0 and pool.lookup(hashes) == []
+        pool.free("x")
+        pool.allocate("b", 0)
+        pool.append_slots("b", 8)
+        pool.cache_blocks("b", chain_hashes([t + 1 for t in tokens], 4), 8)
+        assert pool.num_cached_blocks == 2, "b's two full blocks should be cached again"
+        pool.check_invariants(owners=["b"])
+
+    with t.case("the engine with prefix caching in a small pool: blocks are evicted and reused, and the tokens are "
+                "exactly those without caching",
+                hint="a block whose hash stays indexed after reuse lets a later request share overwritten K/V"):
+        prompts = {f"u{i}": [3 + (7 * i + 5 * j) % 200 for j in range(24)] for i in range(6)}
+        prompts |= {f"v{i}": prompts[f"u{i}"][:16] + [9, 9, 9] for i in range(6)}
+        outs = {}
+        for caching in (False, True):
+            engine = tiny_engine(block_size=4, num_blocks=14, max_num_seqs=2, enable_prefix_caching=caching)
+            for rid, p in prompts.items():
+                engine.add_request(rid, p, SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))
+            outs[caching] = {k: o.outputs[0].token_ids for k, o in t.run(engine).items()}
+            if caching:
+                assert engine.block_pool.num_evictions > 0, "this case is meant to evict"
+        assert outs[True] == outs[False], "prefix caching with eviction changed the generated tokens"

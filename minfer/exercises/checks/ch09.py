@@ -8,7 +8,7 @@ from minfer.exercises.checks.common import sim_engine, tiny_engine
 from minfer.exercises.harness import Tester
 from minfer.metrics import SLO, summarize
 from minfer.request import Request, SamplingParams
-from minfer.scheduler.policies import ShortestJobFirstPolicy
+from minfer.scheduler.policies import FairPolicy, ShortestJobFirstPolicy
 from minfer.workload import WorkItem, submit
 
 GOODPUT_GAIN = 2.0  # SJF must finish at least twice as many requests per second within E2E_SLO as FCFS does
@@ -97,3 +97,82 @@ def check_sjf(t: Tester) -> None:
             f"goodput {good:.2f} requests/s ({share:.0%} of requests within {E2E_SLO:.0f} s) against "
             f"{fcfs_good:.2f} for first come, first served: {good / max(fcfs_good, 1e-9):.2f}x, the target "
             f"is {GOODPUT_GAIN:g}x")
+
+
+# ---- E9.3: fair queuing's virtual time ------------------------------------------------------------------------
+def tenant_request(rid: str, tenant: str, arrival: float, prompt: int = 10) -> Request:
+    return Request(rid, [3] * prompt, SamplingParams(max_tokens=8), arrival_time=arrival, tenant=tenant)
+
+
+def serve(pol: FairPolicy, n: int) -> list[str]:
+    """Pop ``n`` requests, each charged its own tokens as if scheduled at once: the admission order."""
+    order = []
+    for _ in range(n):
+        req = pol.pop()
+        pol.on_scheduled(req, req.num_tokens)
+        order.append(req.request_id)
+    return order
+
+
+def check_fair(t: Tester) -> None:
+    with t.case("level: the tokens served to a tenant divided by its weight",
+                hint="served[tenant] / weight(tenant); a tenant without a weight has weight 1"):
+        pol = FairPolicy({"gold": 4.0})
+        pol.served["gold"], pol.served["free"] = 100.0, 30.0
+        assert pol.level("gold") == 25.0, f"gold (weight 4) served 100 tokens: level {pol.level('gold')}, expected 25"
+        assert pol.level("free") == 30.0, f"free (weight 1) served 30 tokens: level {pol.level('free')}, expected 30"
+
+    with t.case("the tenant with the lowest level goes next; of equals, the one whose first request arrived first",
+                hint="min over the tenants with a queue of (level, arrival time of the queue's head)"):
+        pol = FairPolicy({})
+        for rid, tenant, arrival in (("a1", "a", 0.0), ("a2", "a", 0.1), ("b1", "b", 0.2), ("c1", "c", 0.05)):
+            pol.push(tenant_request(rid, tenant, arrival))
+        assert pol.peek().request_id == "a1", "all at level 0: the earliest arrival, a1, first"
+        assert serve(pol, 4) == ["a1", "c1", "b1", "a2"], "after a1, tenant a is above the others: c1, b1, then a2"
+
+    with t.case("weights: while both wait, a tenant of weight 2 gets twice the tokens of a tenant of weight 1",
+                hint="the level divides by the weight: a heavier tenant's level rises more slowly"):
+        pol = FairPolicy({"x": 2.0})
+        for i in range(12):
+            pol.push(tenant_request(f"x{i}", "x", 0.01 * i))
+            pol.push(tenant_request(f"y{i}", "y", 0.01 * i + 0.005))
+        order = serve(pol, 9)
+        assert sum(r.startswith("x") for r in order) == 6, f"admission order {order}: x should get 6 of the first 9"
+
+    with t.case("pop moves the virtual time up to the level of the tenant it picked, and never down",
+                hint="vtime = max(vtime, level(tenant)) for the tenant whose request pop takes"):
+        pol = FairPolicy({})
+        pol.push(tenant_request("a1", "a", 0.0))
+        pol.push(tenant_request("b1", "b", 0.1))
+        pol.served["a"], pol.served["b"] = 50.0, 20.0
+        assert pol.pop().request_id == "b1" and pol.vtime == 20.0, f"vtime {pol.vtime} after serving b at level 20"
+        assert pol.pop().request_id == "a1" and pol.vtime == 50.0, f"vtime {pol.vtime} after serving a at level 50"
+        pol.push(tenant_request("c1", "c", 0.2))
+        pol.served["c"] = 10.0  # below the virtual time, as a tenant that never left may be
+        assert pol.pop().request_id == "c1" and pol.vtime == 50.0, (
+            f"vtime fell to {pol.vtime}: the virtual time never decreases")
+
+    with t.case("a tenant back from idle re-enters at the virtual time: no banked credit",
+                hint="when a tenant gets a new queue, raise served[tenant] to at least vtime * weight"):
+        pol = FairPolicy({"w": 2.0})
+        pol.vtime = 40.0
+        pol.push(tenant_request("w1", "w", 0.0))
+        assert pol.served["w"] == 80.0, f"w (weight 2) re-entered with {pol.served['w']} served, expected 40 * 2 = 80"
+        pol.served["v"] = 100.0
+        pol.push(tenant_request("v1", "v", 0.0))
+        assert pol.served["v"] == 100.0, "a tenant above the virtual time keeps what it was served: never lowered"
+        pol.push(tenant_request("w2", "w", 0.1))
+        pol.served["w"] = 10.0  # while its queue is not empty, pushing more changes nothing
+        pol.push(tenant_request("w3", "w", 0.2))
+        assert pol.served["w"] == 10.0, "a tenant that still has a queue is not re-activated"
+
+    with t.case("the engine, fair policy: a flood from one tenant does not starve another, and a tenant that arrives "
+                "late shares from then on instead of taking every admission",
+                hint="an idle tenant must come back at the virtual time, not at the level it left with"):
+        engine = sim_engine(policy="fair", max_num_seqs=8, num_blocks=2048, record_trace=True)
+        submit(engine, [WorkItem(0.0, 256, 64, tenant="a")] * 60 + [WorkItem(1.0, 256, 64, tenant="b")] * 30)
+        t.run(engine, max_steps=100_000)
+        tenant = {r.request_id: r.tenant for r in engine.finished}
+        later = [tenant[rid] for tr in engine.trace if tr.start_time >= 1.0 for rid in tr.admitted][:16]
+        assert 6 <= later.count("a") <= 10, (f"of the first 16 admissions after b arrives, {later.count('a')} are "
+                                             f"a's: {''.join(later)}; fair sharing gives each about 8")

@@ -1,9 +1,13 @@
 """Hidden cases of E6.1 (the preemption victim): the reference's decisions, step by step, under memory pressure --
-first come first served, priorities with ties, shortest job first, and swapping to host memory."""
+first come first served, priorities with ties, shortest job first, and swapping to host memory.
+
+Chapter 06, hidden: the swap path decides exactly as the reference, step by step (E6.4).
+"""
 
 from __future__ import annotations
 
 from minfer import LLMEngine
+from minfer.exercises.checks.ch06 import swap_storm
 from minfer.exercises.checks.common import cpu_sim_engine, greedy, sim_engine
 from minfer.exercises.harness import Tester
 from minfer.exercises.hidden.reference import same_schedule_as_reference
@@ -50,3 +54,10 @@ def check_victim(t: Tester) -> None:
                     hint="print engine.trace[i].describe() and viz.narrate(engine.trace[i]) around the step named "
                          "above"):
             same_schedule_as_reference(t, "E6.1", build)
+
+
+def check_swap(t: Tester) -> None:
+    with t.case("the same decisions as the reference, step by step: swaps, and host pools that fill up",
+                hint="print engine.trace[i].describe() and viz.narrate(engine.trace[i]) around the step named above"):
+        for blocks, host in ((12, None), (10, 4), (14, 6)):
+            same_schedule_as_reference(t, "E6.4", lambda blocks=blocks, host=host: swap_storm(blocks, host))

@@ -1,17 +1,23 @@
 """Hidden cases of E9.1 (shortest job first): the queue's order and the running rank compared with the reference's
-on random requests with many ties (hypothesis), and whole schedules with ties under memory pressure."""
+on random requests with many ties (hypothesis), and whole schedules with ties under memory pressure.
+
+Chapter 09, hidden: fair queuing (E9.3) admits exactly as the reference on random multi-tenant traffic.
+"""
 
 from __future__ import annotations
+
+import random
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minfer import LLMEngine
 from minfer.exercises.checks.ch09 import request, with_sjf
-from minfer.exercises.checks.common import cpu_sim_engine, greedy
+from minfer.exercises.checks.common import cpu_sim_engine, greedy, sim_engine
 from minfer.exercises.harness import Tester
 from minfer.exercises.hidden.reference import reference_class, same_schedule_as_reference
 from minfer.scheduler.policies import ShortestJobFirstPolicy
+from minfer.workload import WorkItem, submit
 
 JOBS = st.lists(st.tuples(st.integers(1, 4), st.integers(1, 4), st.booleans(), st.integers(0, 3)),
                 min_size=1, max_size=8)  # (prompt, max_tokens, preempted?, arrival): small numbers, so ties
@@ -52,3 +58,27 @@ def check_sjf(t: Tester) -> None:
     with t.case("the same decisions as the reference, step by step: jobs of equal work in a small pool",
                 hint="of equal work, the most recently admitted ranks last (admitted_seq breaks the tie)"):
         same_schedule_as_reference(t, "E9.1", equal_jobs)
+
+
+def tenants_workload(seed: int) -> list[WorkItem]:
+    """Three tenants in bursts and pauses, so that tenants go idle and come back."""
+    rng = random.Random(seed)
+    items = []
+    for tenant, start in (("a", 0.0), ("b", 0.3), ("c", 1.2)):
+        t = start
+        for _ in range(rng.randrange(10, 25)):
+            t += rng.expovariate(20.0) + (0.8 if rng.random() < 0.1 else 0.0)
+            items.append(WorkItem(t, rng.randrange(32, 400), rng.randrange(8, 96), tenant=tenant))
+    return sorted(items, key=lambda w: w.arrival_time)
+
+
+def check_fair(t: Tester) -> None:
+    with t.case("the same admissions as the reference, step by step, on three tenants that pause and return",
+                hint="print engine.trace[i].describe() around the step named above, with each tenant's level"):
+        for seed in (0, 1):
+            def build(seed=seed):
+                e = sim_engine(policy="fair", tenant_weights={"a": 2.0}, max_num_seqs=4, num_blocks=512)
+                submit(e, tenants_workload(seed))
+                return e
+
+            same_schedule_as_reference(t, "E9.3", build, max_steps=20_000)
