@@ -642,7 +642,7 @@ ALTERNATIVES = [
             settled = text
         else:
             hold = max((len(s) for s in stops), default=1) - 1
-            settled = text[: max(0, len(text) - hold)].rstrip("\ufffd")
+            settled = text[: max(0, len(text) - hold)].rstrip("\\ufffd")
         new = settled[len(before):] if settled.startswith(before) else ""
         self.streamed[req.request_id] = text if ending else before + new
         return TextUpdate(new, found)
@@ -665,7 +665,7 @@ ALTERNATIVES = [
     Alternative('E12.3 bytes joined', 'E12.3', {
         'sse': """
         payload = data if isinstance(data, str) else json.dumps(data)
-        return b"data: " + payload.encode() + b"\n\n"
+        return b"data: " + payload.encode() + b"\\n\\n"
         """}),
     Alternative("E9.4 least total work first (E9.1's keys)", "E9.4", {
         "CapstonePolicy.order": """
