@@ -58,15 +58,15 @@ def main(argv: list[str]) -> int:
 
     _prepare_triton()
     from minfer.exercises.checking import run_exercise
-    from minfer.exercises.standin import StandIns
+    from minfer.exercises.standin import Key, StandIns
 
     modules = harness_modules()
-    bodies = {tuple(k): body for k, body in json.loads(bodies_path.read_text())}
+    bodies: dict[Key, str] = {(k[0], k[1], k[2], k[3]): body for k, body in json.loads(bodies_path.read_text())}
     before = fingerprint(modules)
     verdict: dict[str, object]
     with StandIns() as swaps:
         try:
-            swaps.install_bodies(bodies)  # type: ignore[arg-type]
+            swaps.install_bodies(bodies)
         except SyntaxError as e:
             verdict = {"status": "failed", "case": "the code compiles", "message": f"SyntaxError: {e}"}
         else:

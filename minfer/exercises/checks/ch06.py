@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from minfer.exercises.checks.common import cpu_sim_engine, greedy, sim_engine, tiny_engine
 from minfer.exercises.harness import Measurement, Tester
+from minfer.plan import SchedulerOutput
 from minfer.request import SamplingParams
 
 QUESTIONS = ["Why is the sea salty?", "Name two moons of Jupiter.", "What is a prime number?",
@@ -132,7 +133,7 @@ def swap_storm(blocks: int = 12, swap_blocks: int | None = None, mode: str = "sw
     return engine
 
 
-def watch_swaps(engine) -> list[tuple[dict, dict, object, dict]]:
+def watch_swaps(engine) -> list[tuple[dict, dict, SchedulerOutput, dict]]:
     """Wrap the engine's scheduler: record, for every step, the device and host tables before it was planned, the
     plan itself (``SchedulerOutput``) and the device tables after, so that a case can compare the copies the plan
     lists with them."""

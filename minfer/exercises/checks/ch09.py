@@ -127,7 +127,8 @@ def check_fair(t: Tester) -> None:
         pol = FairPolicy({})
         for rid, tenant, arrival in (("a1", "a", 0.0), ("a2", "a", 0.1), ("b1", "b", 0.2), ("c1", "c", 0.05)):
             pol.push(tenant_request(rid, tenant, arrival))
-        assert pol.peek().request_id == "a1", "all at level 0: the earliest arrival, a1, first"
+        head = pol.peek()
+        assert head is not None and head.request_id == "a1", "all at level 0: the earliest arrival, a1, first"
         assert serve(pol, 4) == ["a1", "c1", "b1", "a2"], "after a1, tenant a is above the others: c1, b1, then a2"
 
     with t.case("weights: while both wait, a tenant of weight 2 gets twice the tokens of a tenant of weight 1",
@@ -172,7 +173,7 @@ def check_fair(t: Tester) -> None:
         engine = sim_engine(policy="fair", max_num_seqs=8, num_blocks=2048, record_trace=True)
         submit(engine, [WorkItem(0.0, 256, 64, tenant="a")] * 60 + [WorkItem(1.0, 256, 64, tenant="b")] * 30)
         t.run(engine, max_steps=100_000)
-        tenant = {r.request_id: r.tenant for r in engine.finished}
-        later = [tenant[rid] for tr in engine.trace if tr.start_time >= 1.0 for rid in tr.admitted][:16]
+        tenant_of = {r.request_id: r.tenant or "" for r in engine.finished}
+        later = [tenant_of[rid] for tr in engine.trace if tr.start_time >= 1.0 for rid in tr.admitted][:16]
         assert 6 <= later.count("a") <= 10, (f"of the first 16 admissions after b arrives, {later.count('a')} are "
                                              f"a's: {''.join(later)}; fair sharing gives each about 8")

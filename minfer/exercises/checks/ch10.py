@@ -166,10 +166,10 @@ def check_attention_terms(t: Tester) -> None:
                 s.add(context - 1, 1, is_decode=True, samples=True)
             return cost.parts(s)["decode_attention"]
 
-        def prefill(n: int) -> float:
+        def prefill_chunk(n: int) -> float:
             s = StepShape()
             s.add(0, n, is_decode=False, samples=True)
             return cost.parts(s)["prefill_attention"]
 
         assert 3.5 < decode_batch(8192) / decode_batch(2048) < 4.5, "decode attention at 4x the context: ~4x the time"
-        assert prefill(8192) / prefill(2048) > 8, "prefill attention at 4x the length: more than 8x the time"
+        assert prefill_chunk(8192) / prefill_chunk(2048) > 8, "prefill attention at 4x the length: over 8x the time"

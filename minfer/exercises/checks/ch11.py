@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from minfer.exercises.checks.common import greedy, sim_engine
 from minfer.exercises.harness import Measurement, Tester
 from minfer.plan import Admitted, Decision, Preempted
@@ -33,7 +35,7 @@ def measure_next_tokens() -> Measurement:
                 "admitted (memory was short). Four requests decoding suggest 4 tokens; the block boundaries say 3.")
 
 
-def step(i: int, decisions: list[Decision] = (), admitted: list[str] = ()) -> StepTrace:
+def step(i: int, decisions: Sequence[Decision] = (), admitted: Sequence[str] = ()) -> StepTrace:
     """A step of a hand-written trace: only what preemptions() reads is filled in."""
     return StepTrace(i, 0.01 * i, 0.01, {}, {}, {}, {}, 0, 0, 0, 0, 8, admitted=list(admitted),
                      preempted=[d.request for d in decisions if isinstance(d, Preempted)], decisions=list(decisions))

@@ -15,6 +15,7 @@ from minfer.model.tokenizer import ByteTokenizer
 from minfer.request import CompletionOutput, Request, RequestMetrics, RequestOutput, SamplingParams
 from minfer.sampler import filter_logits
 from minfer.serve.protocol import Generation, chunk, sse
+from minfer.types import FinishReason
 
 INF = float("-inf")
 
@@ -87,7 +88,7 @@ def measure_top_p_kept() -> Measurement:
 
 # ---- E12.2: the incremental detokenizer ------------------------------------------------------------------------
 def feed(text: str, stop: list[str] | None = None, ending_at: int | None = None,
-         ending: str = "length") -> tuple[list[str], str | None, str]:
+         ending: FinishReason = "length") -> tuple[list[str], str | None, str]:
     """Feed ``text``'s bytes, one token each, to a Detokenizer (ByteTokenizer: id = byte + 3). The request ends
     after token ``ending_at`` (1-based), with ``ending``. Returns the pieces sent, the stop string found (if any)
     and the final text."""
@@ -155,18 +156,18 @@ def check_detokenizer(t: Tester) -> None:
         for i, stop in enumerate((None, ["e"], ["ab", "q"])):
             engine.add_request(f"r{i}", [10 + i] * 5, SamplingParams(max_tokens=40, temperature=1.0, seed=i,
                                                                        stop=stop))
-        pieces: dict[str, str] = {}
-        final = {}
+        streamed: dict[str, str] = {}
+        texts: dict[str, str] = {}
         while engine.has_unfinished_requests():
             for out in engine.step():
-                pieces[out.request_id] = pieces.get(out.request_id, "") + out.new_text
+                streamed[out.request_id] = streamed.get(out.request_id, "") + out.new_text
                 if out.finished:
-                    final[out.request_id] = out.outputs[0].text
-        assert pieces == final, f"streamed {pieces}, final {final}"
+                    texts[out.request_id] = out.outputs[0].text
+        assert streamed == texts, f"streamed {streamed}, final {texts}"
 
 
 # ---- E12.3: a streamed event ------------------------------------------------------------------------------------
-def output(new_text: str, reason: str | None = None, stop_reason: str | None = None) -> RequestOutput:
+def output(new_text: str, reason: FinishReason | None = None, stop_reason: str | None = None) -> RequestOutput:
     done = CompletionOutput(0, "so far" + new_text, [4, 5], reason, stop_reason)
     return RequestOutput("cmpl-1", None, [1, 2], [done], finished=reason is not None,
                          metrics=RequestMetrics(arrival_time=0.0), new_text=new_text)
@@ -179,8 +180,8 @@ def check_stream_chunk(t: Tester) -> None:
     with t.case("sse: 'data: ' and the JSON, then a blank line; a string goes as it is",
                 hint="f'data: {...}\\n\\n'.encode(): two newlines end an event"):
         assert sse("[DONE]") == b"data: [DONE]\n\n", f"sse('[DONE]') is {sse('[DONE]')!r}"
-        body = {"a": [1, None], "b": "x"}
-        assert sse(body) == b"data: " + json.dumps(body).encode() + b"\n\n", f"sse(dict) is {sse(body)!r}"
+        event = {"a": [1, None], "b": "x"}
+        assert sse(event) == b"data: " + json.dumps(event).encode() + b"\n\n", f"sse(dict) is {sse(event)!r}"
 
     with t.case("a completion chunk: text_completion, the new text, no finish reason while it runs",
                 hint="choices: [{index: 0, logprobs: None, finish_reason: None, text: out.new_text}]"):

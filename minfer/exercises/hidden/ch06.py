@@ -6,6 +6,8 @@ Chapter 06, hidden: the swap path decides exactly as the reference, step by step
 
 from __future__ import annotations
 
+from functools import partial
+
 from minfer import LLMEngine
 from minfer.exercises.checks.ch06 import swap_storm
 from minfer.exercises.checks.common import cpu_sim_engine, greedy, sim_engine
@@ -60,4 +62,4 @@ def check_swap(t: Tester) -> None:
     with t.case("the same decisions as the reference, step by step: swaps, and host pools that fill up",
                 hint="print engine.trace[i].describe() and viz.narrate(engine.trace[i]) around the step named above"):
         for blocks, host in ((12, None), (10, 4), (14, 6)):
-            same_schedule_as_reference(t, "E6.4", lambda blocks=blocks, host=host: swap_storm(blocks, host))
+            same_schedule_as_reference(t, "E6.4", partial(swap_storm, blocks, host))

@@ -98,7 +98,8 @@ def random_run(seed: int) -> list[tuple]:
     """Owners come and go with prompts drawn from a few shared prefixes (so blocks are cached, shared, freed and
     evicted); after each operation, what the pool looks like, including its index and eviction count."""
     rng = random.Random(seed)
-    pool, bs, live = BlockPool(12, 4), 4, {}
+    pool, bs = BlockPool(12, 4), 4
+    live: dict[str, list[int]] = {}
     prefixes = [[rng.randrange(3, 50) for _ in range(12)] for _ in range(3)]
     seen = []
     for i in range(400):
