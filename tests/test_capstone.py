@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
+from minfer.capstone import PASS_GAIN, SAMPLE_SEED, arena, capstone_workload, score
 from minfer.exercises.standin import ROOT
-from minfer.scheduler.capstone import PASS_GAIN, SAMPLE_SEED, arena, capstone_workload, score
 
 
 def test_the_workload_family_is_reproducible_and_its_members_differ():

@@ -53,9 +53,10 @@ def test_list_names_every_exercise_with_its_kind_and_chapter(capsys):
     code, out = main(capsys, "list")
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].split() == ["id", "kind", "chapter", "time", "title"]
+    assert lines[0].split() == ["id", "kind", "chapter", "difficulty", "time", "after", "title"]
     for e, line in zip(EXERCISES, lines[1:], strict=True):
-        assert line.split()[:3] == [e.id, e.kind, f"{e.chapter:02d}"] and line.endswith(e.title)
+        assert line.split()[:4] == [e.id, e.kind, f"{e.chapter:02d}", str(e.difficulty)] and line.endswith(e.title)
+        assert f" {e.minutes} min " in line and (", ".join(e.requires) or "-") in line
 
 
 def test_show_prints_the_task_where_the_code_goes_and_how_to_check_it(capsys):

@@ -1,7 +1,7 @@
 """Command line: ``python -m minfer.exercises {list,show,status,check,reveal,student,grade} ...`` (the Makefile's
 ``check``, ``student`` and ``grade`` targets call this).
 
-    python -m minfer.exercises list            every exercise: id, kind, chapter, time, title
+    python -m minfer.exercises list            every exercise: id, kind, chapter, difficulty, time, title
     python -m minfer.exercises show E4.1       one exercise's task, where its code goes, how to check it
     python -m minfer.exercises check E3.1      check your code (a prediction: check E3.2 4)
     python -m minfer.exercises status          how far you are: the files, and your latest check of each
@@ -31,7 +31,7 @@ def _prepare_triton() -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m minfer.exercises", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="every exercise: id, kind, chapter, time, title")
+    sub.add_parser("list", help="every exercise: id, kind, chapter, difficulty, time, title")
     sh = sub.add_parser("show", help="an exercise's task, where its code goes, how to check it")
     sh.add_argument("exercise")
     sub.add_parser("status", help="every exercise, and where you stand")

@@ -203,7 +203,7 @@ EXERCISES: tuple[Exercise, ...] = (
     _b("E9.4", 9, "8. The capstone: a policy of your own", "capstone: a scheduling policy of your own design",
        "Design CapstonePolicy.order and .rank (minfer/scheduler/policies.py): the waiting queue's sort key and the "
        "running list's (its last request is the preemption victim; a rank never changes while its request runs). "
-       "Scored on the simulator (minfer.scheduler.capstone) by goodput -- requests per second within TTFT 500 ms "
+       "Scored on the simulator (minfer.capstone) by goodput -- requests per second within TTFT 500 ms "
        "and TPOT 25 ms -- on a workload family of chats, long documents and long generations; develop on the "
        "sample (score('capstone')). The grade runs other members of the family: at least 3x first come, first "
        "served's goodput on each passes, and the score ranks the rest.", "capstone:check_capstone", 120,

@@ -18,11 +18,12 @@ from minfer.exercises.standin import ROOT
 
 
 def listing() -> str:
-    """Every exercise, one line each: id, kind, chapter, time, title."""
-    rows = [("id", "kind", "chapter", "time", "title")]
-    rows += [(e.id, e.kind, f"{e.chapter:02d}", f"{e.minutes} min", e.title) for e in EXERCISES]
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[4] for r in rows)
+    """Every exercise, one line each: id, kind, chapter, difficulty, time, prerequisites, title."""
+    rows = [("id", "kind", "chapter", "difficulty", "time", "after", "title")]
+    rows += [(e.id, e.kind, f"{e.chapter:02d}", f"{e.difficulty} of 3", f"{e.minutes} min",
+              ", ".join(e.requires) or "-", e.title) for e in EXERCISES]
+    widths = [max(len(r[i]) for r in rows) for i in range(6)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[6] for r in rows)
 
 
 def notebook_of(ex: Exercise) -> str:
@@ -34,8 +35,10 @@ def notebook_of(ex: Exercise) -> str:
 def describe(ex: Exercise) -> str:
     """What ``python -m minfer.exercises show E4.1`` prints."""
     notebook = notebook_of(ex)
+    after = f"; after {', '.join(ex.requires)}" if ex.requires else ""
     lines = [f"{ex.id}: {ex.title}",
-             f"{ex.kind} exercise, {ex.notebook_hint}{f' ({notebook})' if notebook else ''}, about {ex.minutes} min",
+             f"{ex.kind} exercise, {ex.notebook_hint}{f' ({notebook})' if notebook else ''}, difficulty "
+             f"{ex.difficulty} of 3, about {ex.minutes} min{after}",
              "", textwrap.fill(ex.task, 100), ""]
     if ex.kind == "build":
         state = build_states().get(ex.id, "")

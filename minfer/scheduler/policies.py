@@ -219,7 +219,7 @@ class FairPolicy(Policy):
 
 class CapstonePolicy(HeapPolicy):
     """The capstone: a policy of your own design, graded by goodput under TTFT and TPOT targets on a simulated
-    GPU (``minfer.scheduler.capstone`` holds the workload family, the targets and the scorer; chapter 09 sets it).
+    GPU (``minfer.capstone`` holds the workload family, the targets and the scorer; chapter 09 sets it).
 
     Your design is two keys. ``order`` sorts the waiting queue (smallest first); ``rank`` sorts the running list,
     whose last request is the preemption victim (a rank must not change while the request runs). What you may

@@ -7,9 +7,9 @@ workload: the pass mark is ``PASS_GAIN`` times that baseline, and the instructor
 
 from __future__ import annotations
 
+from minfer.capstone import PASS_GAIN, SAMPLE_SEED, SLO_TPOT, SLO_TTFT, arena, score, scored
 from minfer.exercises.harness import Tester
 from minfer.request import Request, SamplingParams
-from minfer.scheduler.capstone import PASS_GAIN, SAMPLE_SEED, SLO_TPOT, SLO_TTFT, arena, score, scored
 from minfer.scheduler.policies import CapstonePolicy
 
 
