@@ -80,6 +80,16 @@ MUTANTS = [
            "attn_mask=visible[:, None]", "attn_mask=visible[:1, None]", "two rows"),
     Mutant("E1.1 scales the scores by 1/d, not 1/sqrt(d)", "E1.1", "ContiguousKVCache.attention",
            "enable_gqa=True)", "enable_gqa=True, scale=1 / q.shape[-1])", "one sequence"),
+    Mutant("E1.1 computes in float32 whatever the cache holds", "E1.1", "ContiguousKVCache.attention",
+           "out = F.scaled_dot_product_attention(queries, keys, values,",
+           "out = F.scaled_dot_product_attention(queries.float(), keys.float(), values.float(),", "float16"),
+    Mutant("E1.1 exponentiates raw scores (no maximum subtracted)", "E1.1", "ContiguousKVCache.attention",
+           "out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=visible[:, None],\n"
+           "                                     enable_gqa=True)\n",
+           "group = queries.shape[1] // keys.shape[1]\n"
+           "scores = queries @ keys.repeat_interleave(group, 1).transpose(-1, -2) / q.shape[-1] ** 0.5\n"
+           "weights = torch.exp(scores).masked_fill(~visible[:, None], 0)\n"
+           "out = weights / weights.sum(-1, keepdim=True) @ values.repeat_interleave(group, 1)\n", "float16"),
     # ---- E2.1: static batching's slot accounting ---------------------------------------------------------
     Mutant("E2.1 counts one decode pass too many", "E2.1", "slot_accounting",
            "range(1, max(outs))", "range(max(outs))", "one batch of 3"),
