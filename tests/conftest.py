@@ -1,4 +1,5 @@
-"""Shared fixtures: the tiny random model (fast unit tests) and the real SmolLM2 (integration tests)."""
+"""Shared fixtures: the tiny random model (fast unit tests), the real SmolLM2 (integration tests), and the class
+handout of this checkout (the exercise machinery's tests)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,18 @@ if not torch.cuda.is_available():  # Triton fixes its mode at import (transforme
 from minfer import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 from minfer.model.loader import load_model, tiny_random_model  # noqa: E402
 from minfer.model.tokenizer import ByteTokenizer  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def handout(tmp_path_factory):
+    """The class handout of this checkout (what ``make student`` writes), built once for every test that reads it;
+    tests that change a copy of it make their own."""
+    from minfer.exercises.standin import ROOT
+    from minfer.exercises.student import build_student_copy
+
+    dest = tmp_path_factory.mktemp("handout") / "course"
+    build_student_copy(ROOT, dest)
+    return dest
 
 
 @pytest.fixture(scope="session")

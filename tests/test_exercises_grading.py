@@ -28,7 +28,6 @@ import pytest
 from minfer.exercises.checking import subprocess_env
 from minfer.exercises.regions import find_regions, replace_bodies
 from minfer.exercises.standin import ROOT, is_student_build
-from minfer.exercises.student import build_student_copy
 
 pytestmark = pytest.mark.skipif(is_student_build(), reason="grades from the reference repository")
 
@@ -49,13 +48,6 @@ OWN = '''
                           "idle_slots": batch_size - len(batch), "bubbles": len(batch) - useful})
     return steps
 '''
-
-
-@pytest.fixture(scope="module")
-def handout(tmp_path_factory) -> Path:
-    dest = tmp_path_factory.mktemp("handout") / "course"
-    build_student_copy(ROOT, dest)
-    return dest
 
 
 def copy_of(handout: Path, where: Path, body: str | None = None) -> Path:

@@ -63,14 +63,6 @@ def student(tmp_path_factory) -> Path:
     return dest
 
 
-@pytest.fixture(scope="module")
-def handout(tmp_path_factory) -> Path:
-    """The class handout."""
-    dest = tmp_path_factory.mktemp("handout") / "course"
-    build_student_copy(ROOT, dest)
-    return dest
-
-
 def python(cwd: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], cwd=cwd, env=subprocess_env(cwd), capture_output=True,
                           text=True, timeout=timeout)

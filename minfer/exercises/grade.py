@@ -25,6 +25,7 @@ import argparse
 import ast
 import csv
 import json
+import os
 import re
 import subprocess
 import sys
@@ -36,6 +37,7 @@ from pathlib import Path
 
 from minfer.exercises.catalog import EXERCISES, get
 from minfer.exercises.checking import CHECK_TIMEOUT
+from minfer.exercises.harness import CheckResult
 from minfer.exercises.regions import Region, RegionError, find_regions, regions_in_text
 from minfer.exercises.standin import ROOT, Key, is_student_build, key
 
@@ -127,12 +129,12 @@ def student_regions(student: Path, reference: list[Region]) -> dict[Key, Region 
 def assess(ex_id: str, reference: list[Region], mine: dict[Key, Region | None]) -> ExerciseGrade | None:
     """What can be said of an exercise without running it (``None``: it must run)."""
     refs = [r for r in reference if r.exercise == ex_id]
-    theirs = [mine[key(r)] for r in refs]
-    if any(r is None for r in theirs):
+    theirs = [m for r in refs if (m := mine[key(r)]) is not None]
+    if len(theirs) < len(refs):
         return ExerciseGrade(ex_id, "missing", message="its region markers were removed or broken: nothing to grade")
-    if all(r.is_stub for r in theirs if r is not None):
+    if all(r.is_stub for r in theirs):
         return ExerciseGrade(ex_id, "not attempted")
-    if all(r is not None and same_code(r.body, ref.body) for r, ref in zip(theirs, refs)):
+    if all(same_code(r.body, ref.body) for r, ref in zip(theirs, refs)):
         return ExerciseGrade(ex_id, "revealed", message="the reference solution itself (revealed or copied)")
     return None
 
@@ -158,15 +160,12 @@ def run_one(ex_id: str, bodies: dict[Key, str], timeout: float) -> ExerciseGrade
         if not out.exists():
             tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
             return ExerciseGrade(ex_id, "error", message=f"the check wrote no result: {tail}", seconds=seconds)
-        data = json.loads(out.read_text())
-    return ExerciseGrade(ex_id, data["status"], data.get("case"), data.get("message", ""), data.get("hint", ""),
-                         notes=data.get("notes", []), seconds=seconds)
+        r = CheckResult.from_dict(json.loads(out.read_text()))
+    return ExerciseGrade(ex_id, r.status, r.case, r.message, r.hint, notes=r.notes, seconds=seconds)
 
 
 def clean_env() -> dict[str, str]:
     """This process's environment, with this checkout first on the path and nothing of a student's."""
-    import os
-
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME")}
     env["PYTHONPATH"] = str(ROOT)
     env["PYTHONNOUSERSITE"] = "1"

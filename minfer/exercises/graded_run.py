@@ -58,25 +58,23 @@ def main(argv: list[str]) -> int:
 
     _prepare_triton()
     from minfer.exercises.checking import run_exercise
+    from minfer.exercises.harness import CheckResult
     from minfer.exercises.standin import Key, StandIns
 
     modules = harness_modules()
     bodies: dict[Key, str] = {(k[0], k[1], k[2], k[3]): body for k, body in json.loads(bodies_path.read_text())}
     before = fingerprint(modules)
-    verdict: dict[str, object]
     with StandIns() as swaps:
         try:
             swaps.install_bodies(bodies)
         except SyntaxError as e:
-            verdict = {"status": "failed", "case": "the code compiles", "message": f"SyntaxError: {e}"}
+            result = CheckResult(ex_id, "build", "failed", case="the code compiles", message=f"SyntaxError: {e}")
         else:
             result = run_exercise(ex_id, timeout=timeout)
-            verdict = {"status": result.status, "case": result.case, "message": result.message,
-                       "hint": result.hint, "notes": result.notes}
     if moved := changed(before, fingerprint(modules)):
-        verdict = {"status": "tampered", "case": None, "hint": "",
-                   "message": f"the harness changed while the check ran: {', '.join(moved[:5])}"}
-    result_path.write_text(json.dumps(verdict))
+        result = CheckResult(ex_id, "build", "tampered",
+                             message=f"the harness changed while the check ran: {', '.join(moved[:5])}")
+    result_path.write_text(json.dumps(result.to_dict()))
     return 0
 
 

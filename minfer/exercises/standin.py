@@ -247,7 +247,12 @@ def importable_now(rel: str) -> bool:
     it imports anything), and a stand-in must not decide it for the process. Until then nothing can have launched
     the kernel; a later launch of a kernel still unwritten raises its stub's message, naming the exercise."""
     name = rel.removesuffix(".py").replace("/", ".")
-    return name in sys.modules or "triton" in sys.modules or "import triton" not in (ROOT / rel).read_text()
+    return name in sys.modules or "triton" in sys.modules or not is_triton_module(ROOT / rel)
+
+
+def is_triton_module(path: Path) -> bool:
+    """Does this file define Triton kernels (which Triton compiles from their source)?"""
+    return "import triton" in path.read_text()
 
 
 def _order(exercise: str) -> tuple[int, int]:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from minfer.exercises.catalog import BY_ID, EXERCISES, get, stub_message
 from minfer.exercises.regions import Region, RegionError, find_regions, replace_bodies, stub_body
-from minfer.exercises.standin import compile_unit
+from minfer.exercises.standin import COMPILED, ROOT, SOLUTIONS, STUDENT_BUILD, compile_unit, is_triton_module
 
 INSTRUCTOR_ONLY = ("minfer/exercises/hidden/", "docs/instructor.md", "tests/test_exercises", "tests/exercise_")
 GUIDE_PLACEHOLDER = """# The instructor's guide
@@ -90,7 +90,7 @@ def compiled_stand_ins(src: Path, regions: list[Region]) -> bytes:
     kernel from its source, and only chapter 07 launches it."""
     compiled = {}
     for rel, unit in sorted({(r.rel, r.unit) for r in regions}):
-        if "import triton" in (src / rel).read_text():
+        if is_triton_module(src / rel):
             continue
         bodies = {(r.exercise, r.unit, r.index): r.body for r in regions if (r.rel, r.unit) == (rel, unit)}
         exercise, _, code = compile_unit(src, rel, unit, bodies)
@@ -107,7 +107,7 @@ def build_student_copy(src: Path, dest: Path, self_study: bool = False) -> Stude
     """Write the student build of the repository at ``src`` into ``dest`` (replacing an earlier build): the
     class handout, or with ``self_study`` the edition that carries the reference for ``reveal`` and stand-ins."""
     src, dest = src.resolve(), dest.resolve()
-    marker = "minfer/exercises/student_build.json"
+    marker, solutions_file, compiled_file = (p.relative_to(ROOT) for p in (STUDENT_BUILD, SOLUTIONS, COMPILED))
     if (src / marker).exists():
         raise ValueError(f"{src} is already a student build: make one from the reference repository")
     if dest.exists():
@@ -136,9 +136,9 @@ def build_student_copy(src: Path, dest: Path, self_study: bool = False) -> Stude
     if self_study:
         solutions = {"regions": [dict(exercise=r.exercise, file=r.rel, unit=r.unit, index=r.index, body=r.body)
                                  for r in regions]}
-        (dest / "minfer/exercises/solutions.json").write_text(json.dumps(solutions, indent=1) + "\n")
+        (dest / solutions_file).write_text(json.dumps(solutions, indent=1) + "\n")
     else:
-        (dest / "minfer/exercises/reference.marshal").write_bytes(compiled_stand_ins(src, regions))
+        (dest / compiled_file).write_bytes(compiled_stand_ins(src, regions))
 
     giveaways = {line.strip() for r in regions for line in r.body.splitlines() if len(line.strip()) >= 24}
     notebooks = sorted(rel for rel in files if rel.startswith("notebooks/") and rel.endswith(".ipynb"))
