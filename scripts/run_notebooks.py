@@ -6,7 +6,8 @@
 After a change to the package, the stored outputs of the chapters that render or run it are stale, and
 ``make test`` (nbval, every output compared) fails on them. This refreshes them in one command: each
 notebook runs top to bottom in a fresh kernel of this environment, from the ``notebooks/`` folder (as
-JupyterLab runs it), and its widget state and timing metadata are removed. It prints how long each chapter
+JupyterLab runs it); every widget output gets a static view of its final state beside it
+(``static_views.py``), and then the widget state and timing metadata are removed. It prints how long each chapter
 took: a chapter should run in about two minutes on a 2-core CPU. Cells nbval skips (an exercise's check) are
 not run: they stay in place without outputs.
 """
@@ -23,6 +24,7 @@ from nbclient import NotebookClient
 
 sys.path.insert(0, str(Path(__file__).parent))
 from clean_notebooks import clean  # noqa: E402
+from static_views import add_static_views  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,6 +46,7 @@ def run(path: Path, timeout: int) -> float:
     for i, cell in sorted(held.items()):  # back in place, not run: no outputs
         cell.outputs, cell.execution_count = [], None
         nb.cells.insert(i, cell)
+    add_static_views(nb)  # a picture beside every widget, drawn from its recorded state, before that state goes
     nbformat.write(nb, path)
     clean(str(path))
     return seconds
@@ -55,6 +58,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--timeout", type=int, default=900, help="seconds one cell may take")
     args = p.parse_args(argv)
     paths = args.notebooks or sorted((ROOT / "notebooks").glob("*.ipynb"))
+    from minfer.model.loader import resolve_checkpoint
+
+    resolve_checkpoint("smollm2-135m")  # the one-time conversion happens here, never in a stored chapter's output
     total = 0.0
     for i, path in enumerate(paths, 1):
         print(f"[{i}/{len(paths)}] {path.name} ...", end=" ", flush=True)

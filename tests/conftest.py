@@ -16,6 +16,14 @@ if not torch.cuda.is_available():  # Triton fixes its mode at import (transforme
 from minfer import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 from minfer.model.loader import load_model, tiny_random_model  # noqa: E402
 from minfer.model.tokenizer import ByteTokenizer  # noqa: E402
+from minfer.viz.snapshot import browser_missing  # noqa: E402
+
+
+def require_browser() -> None:
+    """Skip without Chromium and playwright -- or fail: CI sets MINFER_REQUIRE_BROWSER=1, and there a missing
+    install step must fail the run instead of skipping what it would check."""
+    if missing := browser_missing():
+        (pytest.fail if os.environ.get("MINFER_REQUIRE_BROWSER") else pytest.skip)(missing)
 
 
 @pytest.fixture(scope="session")

@@ -33,14 +33,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from conftest import require_browser
+from minfer.viz.snapshot import CHROMIUM, CHROMIUM_ARGS
+
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "11_scheduler_visualizer.ipynb"
-CHROMIUM = os.environ.get("MINFER_CHROMIUM", "/usr/bin/chromium")
-# Chromium in a closed network: no sandbox (root in CI), no GPU, and none of its background traffic
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
-                 "--disable-background-networking", "--disable-component-update", "--disable-dev-shm-usage"]
 RUN_TIMEOUT = 420  # seconds for the whole notebook: its budget is two minutes, the rest absorbs a busy machine
 # JupyterLab settings for the test's own (throwaway) settings directory
 LAB_SETTINGS = {
@@ -60,16 +59,7 @@ def free_port() -> int:
 def lab(tmp_path_factory) -> Iterator[tuple[str, Path]]:
     """A JupyterLab server on a free localhost port, serving a copy of chapter 11 without its outputs
     (so the counts the test reads are the fresh ones, and the repository's notebook is never autosaved)."""
-    missing = None
-    if not Path(CHROMIUM).exists():
-        missing = f"Chromium not found at {CHROMIUM}: install it with `apt-get install -y chromium`"
-    else:
-        try:
-            import playwright.sync_api  # noqa: F401
-        except ImportError:
-            missing = "playwright is not installed: pip install -e '.[dev]' (never `playwright install`)"
-    if missing:  # CI sets MINFER_REQUIRE_BROWSER=1: there a missing install step fails instead of skipping
-        (pytest.fail if os.environ.get("MINFER_REQUIRE_BROWSER") else pytest.skip)(missing)
+    require_browser()
     work = tmp_path_factory.mktemp("lab")
     nb = nbformat.read(NOTEBOOK, as_version=4)
     for cell in nb.cells:
