@@ -1,0 +1,58 @@
+"""The decode-step breakdown chapter 01 reads: parts that add up, modules in the right part, no hooks left."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from minfer.accelerate import accelerate
+from minfer.kv.contiguous import ContiguousKVCache
+from minfer.model.llama import DecoderLayer, Linear, RMSNorm
+from minfer.step_time import LAYER_CODE, OUTSIDE, PARTS, operator_calls, part_of, time_step_parts
+
+
+def decode_step(model, fail: bool = False):
+    cfg = model.config
+    cache = ContiguousKVCache(cfg, 2, 9)
+    pos = torch.full((2, 1), 8)
+
+    @torch.inference_mode()
+    def step():
+        hidden = model(torch.tensor([5, 6]), pos.flatten(), cache.attention(torch.arange(2), pos))
+        if fail:
+            raise RuntimeError("boom")
+        return model.compute_logits(hidden).argmax(-1)
+
+    return step
+
+
+def test_parts_add_up_to_the_timed_step(tiny):
+    model, _ = tiny
+    parts = time_step_parts(decode_step(model), model, reps=3)
+    assert list(parts.parts) == [*PARTS, LAYER_CODE, OUTSIDE]
+    assert sum(parts.parts.values()) == pytest.approx(parts.timed_wall_s)
+    assert all(s > 0 for p, s in parts.parts.items() if p != OUTSIDE)
+    assert "the step without the stopwatch" in parts.table()
+
+
+def test_modules_fall_in_their_part(tiny):
+    model, _ = tiny
+    assert part_of(model.layers[0].qkv_proj) == "weight products" and isinstance(model.layers[0].qkv_proj, Linear)
+    assert part_of(model.norm) == "norms and rotary" and isinstance(model.norm, RMSNorm)
+    assert part_of(model.layers[0]) == LAYER_CODE and isinstance(model.layers[0], DecoderLayer)
+    fast = accelerate(model, linear_backend="torch", pointwise_backend="torch")
+    assert part_of(fast.layers[0].qkv_proj) == "weight products"
+
+
+def test_no_stopwatch_is_left_on_the_model(tiny):
+    model, _ = tiny
+    with pytest.raises(RuntimeError, match="boom"):
+        time_step_parts(decode_step(model, fail=True), model, reps=1)
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+
+
+def test_operators_are_counted_once(tiny):
+    model, _ = tiny
+    calls = operator_calls(decode_step(model))
+    assert calls > 10 * model.config.num_layers  # each layer dispatches dozens
+    assert operator_calls(decode_step(model)) == calls  # the same step dispatches the same operators
