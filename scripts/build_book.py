@@ -39,6 +39,9 @@ from pygments.util import ClassNotFound
 
 from minfer.exercises.catalog import EXERCISES
 
+if int(mistune.__version__.split(".")[0]) < 3:  # nbconvert allows mistune 2, whose renderer methods differ
+    raise SystemExit(f"scripts/build_book.py needs mistune 3 (installed: {mistune.__version__})")
+
 ROOT = Path(__file__).resolve().parents[1]
 CSS = Path(__file__).with_name("book.css")
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
@@ -161,8 +164,9 @@ def shown_mime(output: dict) -> str | None:
 
 
 def static_view_of(output: dict) -> str | None:
-    """The widget (model id) this output is the static view of: the picture a chapter stores beside each
-    dashboard (metadata ``{"minfer": {"static_view": id}}``), since a live widget cannot outlive its kernel."""
+    """The id of the widget model this output is a static view of (None: it is none): the picture a chapter
+    stores right after each dashboard (metadata ``{"minfer": {"static_view": id}}``), since a live widget cannot
+    outlive its kernel."""
     return (output.get("metadata") or {}).get("minfer", {}).get("static_view")
 
 
