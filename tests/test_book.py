@@ -139,13 +139,15 @@ def test_check_site_reports_a_lost_figure_and_a_lost_page(tmp_path):
 
 
 def widget_chapter(path: Path, static_view: bool) -> Path:
-    """A chapter whose one cell shows a widget (and its static view, if asked), a figure and a line of text."""
+    """A chapter whose one cell shows a widget (and its static view, if asked), a Plotly figure, a picture and a
+    line of text."""
     outputs = [nbformat.v4.new_output("display_data", {WIDGET: {"model_id": "m1", "version_major": 2},
                                                        "text/plain": "VBox(...)"})]
     if static_view:
         outputs.append(nbformat.v4.new_output("display_data", {"image/png": PNG_1PX, "text/plain": "step 7 of 9"},
                                               metadata={"minfer": {"static_view": "m2"}}))
     outputs += [nbformat.v4.new_output("display_data", {PLOTLY: {"data": [{"y": [1, 3]}], "layout": {}}}),
+                nbformat.v4.new_output("display_data", {"image/png": PNG_1PX, "text/plain": "<Figure>"}),
                 nbformat.v4.new_output("stream", name="stdout", text="done\n")]
     cell = nbformat.v4.new_code_cell("display(dash)", outputs=outputs)
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# 99 · A test chapter"), cell])
@@ -158,7 +160,7 @@ def test_a_widget_shows_its_static_view_or_says_it_has_none(tmp_path, static_vie
     out, notebooks = small_site(tmp_path, widget_chapter(tmp_path / "99_test.ipynb", static_view))
     html = (out / "99_test.html").read_text()
     assert check_site(out, notebooks) == []
-    assert output_images(html) == int(static_view) and len(figure_divs(html)) == 1
+    assert output_images(html) == 1 + static_view and len(figure_divs(html)) == 1
     if static_view:
         assert "its static view follows" in html and "<figcaption>step 7 of 9</figcaption>" in html
     else:
@@ -170,8 +172,8 @@ def test_check_site_reports_a_lost_image_and_a_broken_link(tmp_path):
     out, notebooks = small_site(tmp_path, widget_chapter(tmp_path / "99_test.ipynb", static_view=True))
     page = out / "99_test.html"
     html = page.read_text()
-    page.write_text(re.sub(r'<img class="output"[^>]*>', "", html))
-    assert check_site(out, notebooks) == ["99_test.html: 0 output images, but 99_test.ipynb stores 1"]
+    page.write_text(re.sub(r'<img class="output"[^>]*>', "", html, count=1))
+    assert check_site(out, notebooks) == ["99_test.html: 1 output images, but 99_test.ipynb stores 2"]
     page.write_text(html.replace("</main>", '<a href="docs/no-such-page.html">x</a></main>'))
     assert check_site(out, notebooks) == ["99_test.html: href=docs/no-such-page.html names no file of the site"]
 
