@@ -7,6 +7,8 @@
 #   make student                 write build/student/: the repository with every exercise to write
 #   make check EX=E3.1           check one exercise (without EX: every build exercise; a prediction: ANSWER=4)
 #   make grade STUDENT=copy      grade a student's copy with this checkout's checks (SUBMISSIONS="copies/*": a class)
+# The course as a web site (docs/development.md):
+#   make book                    write build/book/: every chapter with its stored outputs, and the docs (offline)
 SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV   := .venv
@@ -18,7 +20,7 @@ PYTEST_ARGS ?=
 TESTS       ?= tests
 NOTEBOOKS   ?= notebooks
 
-.PHONY: setup linked-venv lab test test-unit test-notebooks test-gpu notebooks bench bench-peers lint clean student check grade
+.PHONY: setup linked-venv lab test test-unit test-notebooks test-gpu notebooks bench bench-peers lint clean student check grade book
 
 # A .venv that is a link belongs to another checkout: make student links build/student/.venv to this one's. Nothing is
 # installed into it (pip install -e . would point the other checkout's minfer here), and PYTHONPATH puts this tree's
@@ -110,6 +112,11 @@ check: setup
 grade: setup
 	@test -n "$(STUDENT)$(SUBMISSIONS)" || { echo 'usage: make grade STUDENT=path/to/copy (or SUBMISSIONS="copies/*") [CSV=grades.csv] [ONLY="E3.1 E4.1"]'; exit 2; }
 	$(BIN)/python -m minfer.exercises.grade $(STUDENT) $(SUBMISSIONS) $(if $(CSV),--csv $(CSV)) $(if $(ONLY),--only $(ONLY))
+
+# The course as a static site from the chapters' stored outputs (docs/development.md): open build/book/index.html.
+# Offline: Jupyter Book 2, which the issue named, downloads its theme when it builds (docs/architecture.md).
+book: setup
+	$(BIN)/python scripts/build_book.py --out build/book
 
 # The default benchmark (docs/benchmarks.md): every system, three turns taken in turn (about 17 minutes on 2 cores).
 bench: setup
