@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import shutil
@@ -31,6 +32,9 @@ import nbformat
 import pytest
 
 from minfer.exercises.catalog import EXERCISES
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from run_notebooks import minutes  # noqa: E402  (how scripts/run_notebooks.py writes the course map's run times)
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -297,9 +301,18 @@ def table_rows(markdown: str, header: str) -> list[list[str]]:
 def test_the_course_map_matches_the_notebooks_and_the_catalog():
     rows = table_rows(README.read_text(), "| # | chapter |")
     assert [r[1] for r in rows] == [f"[{p.stem}](notebooks/{p.name})" for p in NOTEBOOKS]
-    for number, _, _, exercises in rows:
+    run_times = json.loads((ROOT / "notebooks" / "run_times.json").read_text())  # scripts/run_notebooks.py keeps it
+    for (number, _, _, exercises, runs_in), path in zip(rows, NOTEBOOKS, strict=True):
         expected = exercise_cell(int(number))
         assert exercises == expected, f"chapter {number}: the catalog says {expected}"
+        assert path.stem in run_times, f"{path.name} has no run time: store it with scripts/run_notebooks.py"
+        assert runs_in == minutes(run_times[path.stem]), \
+            f"chapter {number} ran in {run_times[path.stem]} s when it was stored: the map says {runs_in}"
+
+
+def test_the_run_time_column_rounds_up_to_half_minutes():
+    assert [minutes(s) for s in (5, 30, 31, 59, 60, 61, 149)] == \
+        ["0.5 min", "0.5 min", "1 min", "1 min", "1 min", "1.5 min", "2.5 min"]
 
 
 def test_the_readme_results_are_rows_of_the_full_table():
