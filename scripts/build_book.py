@@ -39,6 +39,9 @@ from pygments.util import ClassNotFound
 
 from minfer.exercises.catalog import EXERCISES
 
+sys.path.insert(0, str(Path(__file__).parent))
+from static_views import is_static_view  # noqa: E402  (how a stored chapter marks a widget's static view)
+
 if int(mistune.__version__.split(".")[0]) < 3:  # nbconvert allows mistune 2, whose renderer methods differ
     raise SystemExit(f"scripts/build_book.py needs mistune 3 (installed: {mistune.__version__})")
 
@@ -50,10 +53,10 @@ COURSE_TITLE = "minfer: the course"
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
 PLOTLY = "application/vnd.plotly.v1+json"
-PNG = "image/png"
+IMAGES = ("image/png", "image/jpeg")  # pictures a page shows as <img> (dashboards' static views are JPEG)
 # Which of an output's representations the page shows: the first one it has, in Jupyter's own order of preference
 # (a live widget or figure before a picture, a picture before HTML, HTML before plain text).
-SHOWN_FIRST = (WIDGET, PLOTLY, PNG, "text/html", "text/markdown", "text/plain")
+SHOWN_FIRST = (WIDGET, PLOTLY, *IMAGES, "text/html", "text/markdown", "text/plain")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 NBVAL_MARKER = re.compile(r"^# NBVAL_\w+[^\n]*\n?", flags=re.M)  # a line for the tests (nbval), not the reader
 
@@ -163,26 +166,19 @@ def shown_mime(output: dict) -> str | None:
     return next((mime for mime in SHOWN_FIRST if mime in output.get("data", {})), None)
 
 
-def static_view_of(output: dict) -> str | None:
-    """The id of the widget model this output is a static view of (None: it is none): the picture a chapter
-    stores right after each dashboard (metadata ``{"minfer": {"static_view": id}}``), since a live widget cannot
-    outlive its kernel."""
-    return (output.get("metadata") or {}).get("minfer", {}).get("static_view")
-
-
 @dataclass(slots=True, frozen=True)
 class StoredFigures:
-    """What a page must show of its notebook: one Plotly div per stored Plotly figure, one image per stored PNG."""
+    """What a page must show of its notebook: one Plotly div per stored Plotly figure, one image per stored picture."""
 
     plotly: int
     images: int
 
 
 def stored_figures(notebook: Path) -> StoredFigures:
-    """Count the figures the notebook stores (the outputs whose shown representation is a figure or a PNG)."""
+    """Count the figures the notebook stores (the outputs whose shown representation is a figure or a picture)."""
     shown = [shown_mime(o) for cell in nbformat.read(notebook, as_version=4).cells if cell.cell_type == "code"
              for o in cell.get("outputs", []) if o.get("output_type") in ("display_data", "execute_result")]
-    return StoredFigures(shown.count(PLOTLY), shown.count(PNG))
+    return StoredFigures(shown.count(PLOTLY), sum(shown.count(mime) for mime in IMAGES))
 
 
 def plain(text: str) -> str:
@@ -210,7 +206,7 @@ class ChapterRenderer:
             return ""
         outputs = cell.get("outputs", [])
         # the runner stores a widget's static view right after it (under the id of the model it drew)
-        viewed = [i + 1 < len(outputs) and static_view_of(outputs[i + 1]) is not None for i in range(len(outputs))]
+        viewed = [i + 1 < len(outputs) and is_static_view(outputs[i + 1]) for i in range(len(outputs))]
         shown = "".join(self.output(o, v) for o, v in zip(outputs, viewed))
         body = f'<div class="input">{highlighted(NBVAL_MARKER.sub("", cell["source"]))}</div>\n'
         if shown:
@@ -225,15 +221,15 @@ class ChapterRenderer:
             return pre("\n".join(output.get("traceback") or [f'{output["ename"]}: {output["evalue"]}']), "error") + "\n"
         data = output.get("data", {})
         mime = shown_mime(output)
-        if static_view_of(output):
+        if is_static_view(output):  # the picture a chapter stores after a widget (scripts/static_views.py)
             return self.static_view(data) + "\n"
         if mime == WIDGET:
             return ('<p class="note">live widget: run the notebook to use it; '
                     + ("its static view follows</p>\n" if view_follows else "no static view of it is stored</p>\n"))
         if mime == PLOTLY:
             return self.plotly(data[PLOTLY]) + "\n"
-        if mime == PNG:
-            return png(data[PNG]) + "\n"
+        if mime in IMAGES:
+            return picture(mime, data[mime]) + "\n"
         if mime == "text/html":
             return f'<div class="html-output">{data["text/html"]}</div>\n'
         if mime == "text/markdown":
@@ -254,13 +250,14 @@ class ChapterRenderer:
     def static_view(self, data: dict) -> str:
         """A dashboard as its chapter left it: the stored picture with its caption (or a progress bar's last line)."""
         caption = html.escape(plain(data.get("text/plain", "")))
-        if PNG in data:
-            return f'<figure class="static-view">{png(data[PNG], caption)}<figcaption>{caption}</figcaption></figure>'
+        if mime := next((m for m in IMAGES if m in data), None):
+            shown = picture(mime, data[mime], caption)
+            return f'<figure class="static-view">{shown}<figcaption>{caption}</figcaption></figure>'
         return f'<figure class="static-view"><pre class="result">{caption}</pre></figure>'
 
 
-def png(b64: str, alt: str = "a figure the notebook stores") -> str:
-    return f'<img class="output" alt="{alt}" src="data:image/png;base64,{b64.strip()}">'
+def picture(mime: str, b64: str, alt: str = "a figure the notebook stores") -> str:
+    return f'<img class="output" alt="{alt}" src="data:{mime};base64,{b64.strip()}">'
 
 
 # ---- pages ---------------------------------------------------------------------------------------------------

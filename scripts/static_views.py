@@ -6,7 +6,7 @@ GitHub, nbviewer, the course site (``make book``) and in a JupyterLab with no ke
 executed for storage, the runner still holds every widget's final state (nbclient records it from the kernel's
 messages), so right after each widget output this inserts a *static view* of that state:
 
-* a scheduler dashboard (any widget holding a dashboard ``frame``): a PNG of its last frame, drawn by the
+* a scheduler dashboard (any widget holding a dashboard ``frame``): a JPEG of its last frame, drawn by the
   dashboard's own code in headless Chromium (``minfer.viz.snapshot``) -- the step it was left on, not step 0;
 * a progress bar (tqdm's widget): its final line, ``frames: 100%|##########| 119/119 [...]``, not the 0/119
   it was displayed with.
@@ -84,12 +84,12 @@ def static_outputs(model_id: str, states: dict[str, dict]) -> list[dict]:
         raise ValueError(f"widget {model_id} ({kind}) has no static view: teach scripts/static_views.py to draw it")
     outputs = []
     if frames:
-        from minfer.viz.snapshot import frame_pngs
+        from minfer.viz.snapshot import MIME, frame_pictures
 
-        for (mid, frame), png in zip(frames, frame_pngs([f for _, f in frames]), strict=True):
+        for (mid, frame), picture in zip(frames, frame_pictures([f for _, f in frames]), strict=True):
             caption = f"Static view of the dashboard as this chapter left it: {plain(frame.get('status', ''))}"
             outputs.append(nbformat.v4.new_output(
-                "display_data", data={"image/png": base64.b64encode(png).decode(), "text/plain": caption},
+                "display_data", data={MIME: base64.b64encode(picture).decode(), "text/plain": caption},
                 metadata={"minfer": {"static_view": mid}}))
     for mid, line in lines:
         outputs.append(nbformat.v4.new_output("display_data", data={"text/plain": line},
@@ -113,7 +113,7 @@ def add_static_views(nb: nbformat.NotebookNode) -> int:
             view = out.get("data", {}).get(WIDGET_VIEW)
             if view:
                 extra = static_outputs(view["model_id"], states)
-                if len(extra) == 1 and "image/png" not in extra[0]["data"]:  # one line of text says it all:
+                if len(extra) == 1 and set(extra[0]["data"]) == {"text/plain"}:  # one line of text says it all:
                     out["data"]["text/plain"] = extra[0]["data"]["text/plain"]  # the widget's fallback says it too
                 outputs.extend(extra)
                 added += len(extra)

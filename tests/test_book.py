@@ -56,7 +56,7 @@ def test_each_chapter_page_draws_every_figure_its_notebook_stores(site):
         html = (site.out / f"{notebook.stem}.html").read_text()
         divs = figure_divs(html)
         assert len(divs) == stored(notebook, PLOTLY), notebook.name
-        assert output_images(html) == stored(notebook, "image/png"), notebook.name
+        assert output_images(html) == stored(notebook, "image/png") + stored(notebook, "image/jpeg"), notebook.name
         for div in divs:  # each div is drawn by a script of its own, with the plotly.js the site carries
             assert html.count(f'Plotly.newPlot("{div}",') == 1, f"{notebook.name}: {div}"
         if divs:

@@ -1,14 +1,10 @@
-"""Notebooks are committed small and clean: no saved widget state, under 500 KB each apart from the pictures of
-their dashboards (static views: a PNG each, under 400 KB, stored where a saved widget would show nothing)."""
+"""Notebooks are committed small and clean: no saved widget state, under 500 KB each."""
 
 from pathlib import Path
 
 import nbformat
 import pytest
 import torch
-
-LIMIT = 500_000  # bytes of a chapter, its dashboards' pictures aside
-PICTURE_LIMIT = 400_000  # bytes of one picture (base64): a dashboard at 1x is ~300 KB
 
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 
@@ -19,13 +15,8 @@ def test_there_are_notebooks():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_is_clean(path):
+    assert path.stat().st_size < 500_000, f"{path.name} is {path.stat().st_size // 1000} KB: strip outputs"
     nb = nbformat.read(path, as_version=4)
-    pictures = [out["data"]["image/png"] for cell in nb.cells for out in cell.get("outputs", [])
-                if out.get("metadata", {}).get("minfer", {}).get("static_view") and "image/png" in out.get("data", {})]
-    for picture in pictures:
-        assert len(picture) < PICTURE_LIMIT, f"{path.name}: a static view of {len(picture) // 1000} KB"
-    size = path.stat().st_size - sum(len(p) for p in pictures)
-    assert size < LIMIT, f"{path.name} is {size // 1000} KB without its static views: strip outputs"
     assert "widgets" not in nb.metadata, f"{path.name} carries saved widget state: run scripts/clean_notebooks.py"
     for cell in nb.cells:
         for out in cell.get("outputs", []):

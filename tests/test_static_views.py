@@ -1,5 +1,5 @@
 """Every widget a stored chapter shows leaves a picture: the static views ``scripts/static_views.py`` stores
-beside widget outputs, the checker that finds a widget without one, and the dashboard drawn to a PNG."""
+beside widget outputs, the checker that finds a widget without one, and the dashboard drawn to a picture."""
 
 from __future__ import annotations
 
@@ -26,10 +26,10 @@ from static_views import (  # noqa: E402
 from minfer import SamplingParams  # noqa: E402
 from minfer.viz.frame import FrameOptions, dashboard_frame  # noqa: E402
 from minfer.viz.recorder import Recorder  # noqa: E402
-from minfer.viz.snapshot import WIDTH, frame_pngs  # noqa: E402
+from minfer.viz.snapshot import MIME, SCALE, WIDTH, frame_pictures  # noqa: E402
 from minfer.viz.style import ColorMap  # noqa: E402
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+JPEG_START = b"\xff\xd8\xff"  # a JPEG file's first bytes (start of image, then a marker)
 
 
 def tqdm_states(value: int, total: int) -> dict[str, dict]:
@@ -93,16 +93,24 @@ def test_the_checker_finds_what_a_reader_would_miss():
     assert not any(p.startswith("cell 1") for p in unseen_widgets(nb))  # what \r left on screen is the end
 
 
-def test_a_dashboard_frame_is_drawn_to_a_png(tiny):
+def test_a_dashboard_frame_is_drawn_to_a_picture(tiny):
     require_browser()
     frames = dashboard_frames(tiny)
-    pictures = frame_pngs(frames)
+    pictures = frame_pictures(frames)
     assert len(pictures) == 2
-    for png in pictures:
-        assert png.startswith(PNG_SIGNATURE)
-        width, height = struct.unpack(">II", png[16:24])  # the IHDR chunk
-        assert width == WIDTH + 16 and height > 300  # the stage (WIDTH + its padding), charts and all
+    for picture in pictures:
+        assert picture.startswith(JPEG_START)
+        height, width = jpeg_size(picture)
+        assert width == round((WIDTH + 16) * SCALE) and height > 300  # the stage (WIDTH + padding), charts and all
     assert pictures[0] != pictures[1]  # two steps, two pictures
+
+
+def jpeg_size(picture: bytes) -> tuple[int, int]:
+    """(height, width) from the JPEG's frame header (a baseline or progressive SOF marker)."""
+    for marker in (b"\xff\xc0", b"\xff\xc2"):
+        if (at := picture.find(marker)) >= 0:
+            return struct.unpack(">HH", picture[at + 5:at + 9])
+    raise AssertionError("no frame header: not a JPEG")
 
 
 def dashboard_frames(tiny) -> list[dict]:
@@ -121,7 +129,7 @@ def dashboard_frames(tiny) -> list[dict]:
 
 
 def test_stored_static_views_are_pictures():
-    """Every stored dashboard view is a decodable PNG, and every stored chapter passes the checker."""
+    """Every stored dashboard view is a JPEG, and every stored chapter passes the checker."""
     stored = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
     images = 0
     for path in stored:
@@ -129,7 +137,7 @@ def test_stored_static_views_are_pictures():
         assert unseen_widgets(nb) == [], path.name
         for cell in nb.cells:
             for out in cell.get("outputs", []):
-                if is_static_view(out) and "image/png" in out.get("data", {}):
-                    assert base64.b64decode(out.data["image/png"]).startswith(PNG_SIGNATURE)
+                if is_static_view(out) and set(out.get("data", {})) != {"text/plain"}:
+                    assert base64.b64decode(out.data[MIME]).startswith(JPEG_START)
                     images += 1
     assert images >= 4, "chapters 11 and 12 show dashboards: their static views are missing"

@@ -3,8 +3,10 @@
 A live dashboard is a widget: its picture exists only in a browser that talks to a running kernel. Saved,
 the notebook keeps no widget state (it would carry plotly.js, ~5 MB, per notebook), so GitHub, nbviewer,
 the course site and a JupyterLab without a kernel show an empty output. When a chapter is stored
-(``scripts/run_notebooks.py``), each dashboard's last frame is therefore drawn here, once, to a PNG that is
-stored beside the widget (``scripts/static_views.py``).
+(``scripts/run_notebooks.py``), each dashboard's last frame is therefore drawn here, once, to a JPEG that is
+stored beside the widget (``scripts/static_views.py``). JPEG, not PNG: the hatch patterns that mark prefill
+steps defeat PNG's compression (~300 KB a dashboard), and a chapter showing three dashboards must stay under
+500 KB; at 3/4 scale and quality 45 a dashboard is ~120 KB, its 13 px text still legible.
 
 The picture is the real thing: the page holds plotly.js, ``static/views.js`` and ``static/dashboard.css``
 -- exactly what the widget and the HTML export run -- and Chromium screenshots the drawn element, hatch
@@ -26,7 +28,9 @@ CHROMIUM = os.environ.get("MINFER_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
                  "--disable-background-networking", "--disable-component-update", "--disable-dev-shm-usage"]
 WIDTH = 1000  # CSS pixels: a notebook's output area on a laptop screen
-SCALE = 1  # device pixels per CSS pixel (2 is sharper and ~3x the bytes: a chapter must stay small)
+SCALE = 0.75  # device pixels per CSS pixel (1 is sharper and ~1.3x the bytes: a chapter must stay small)
+QUALITY = 45  # JPEG quality, 0-100
+MIME = "image/jpeg"  # what frame_pictures returns
 
 PAGE = """<!DOCTYPE html><html><head><meta charset="utf-8">
 <style>body {{ margin: 0; background: white; }} #stage {{ width: {width}px; padding: 8px; }} {css}</style>
@@ -56,8 +60,8 @@ def browser_missing() -> str | None:
     return None
 
 
-def frame_pngs(frames: Sequence[dict], *, width: int = WIDTH, scale: int = SCALE) -> list[bytes]:
-    """One PNG per frame (a dict from ``minfer.viz.frame.dashboard_frame``, or a widget's stored ``frame``),
+def frame_pictures(frames: Sequence[dict], *, width: int = WIDTH, scale: float = SCALE) -> list[bytes]:
+    """One JPEG per frame (a dict from ``minfer.viz.frame.dashboard_frame``, or a widget's stored ``frame``),
     drawn in one headless Chromium page by the dashboard's own JavaScript."""
     if why := browser_missing():
         raise NoBrowser(why)
@@ -73,7 +77,7 @@ def frame_pngs(frames: Sequence[dict], *, width: int = WIDTH, scale: int = SCALE
             pictures = []
             for frame in frames:
                 page.evaluate(DRAW, json.loads(json.dumps(frame)))
-                pictures.append(page.locator("#stage").screenshot(type="png", animations="disabled"))
+                pictures.append(page.locator("#stage").screenshot(type="jpeg", quality=QUALITY, animations="disabled"))
             return pictures
         finally:
             browser.close()
