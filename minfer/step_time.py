@@ -28,6 +28,8 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from minfer.roofline import best_time
+
 # module class -> part of the step (classes of the plain model and of the speed-up layer's stand-ins)
 PARTS: dict[str, tuple[str, ...]] = {
     "weight products": ("Linear", "GateUp", "LMHead", "PackedLinear", "PackedGateUp", "CompiledGateUp",
@@ -62,15 +64,13 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _median_wall(step: Callable[[], object], reps: int, device: torch.device) -> float:
-    times = []
-    for _ in range(reps):
-        _sync(device)
-        start = time.perf_counter()
-        step()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def _timed(step: Callable[[], object], device: torch.device) -> float:
+    """Seconds of one call of ``step``, the device waited for before and after."""
+    _sync(device)
+    start = time.perf_counter()
+    step()
+    _sync(device)
+    return time.perf_counter() - start
 
 
 def time_step_parts(step: Callable[[], object], model: nn.Module, reps: int = 5) -> StepParts:
@@ -78,7 +78,7 @@ def time_step_parts(step: Callable[[], object], model: nn.Module, reps: int = 5)
     stopwatch on every module; a module's own time is its time minus its timed children's."""
     device = next(model.parameters()).device
     step()  # warm-up: first calls allocate and pick kernels
-    wall = _median_wall(step, reps, device)
+    wall = statistics.median(_timed(step, device) for _ in range(reps))
     stack: list[list[float]] = []  # per open module: [start, children's seconds]
     own: dict[str, float] = defaultdict(float)
 
@@ -101,11 +101,7 @@ def time_step_parts(step: Callable[[], object], model: nn.Module, reps: int = 5)
         walls = []
         for _ in range(reps):
             own.clear()
-            _sync(device)
-            start = time.perf_counter()
-            step()
-            _sync(device)
-            walls.append(time.perf_counter() - start)
+            walls.append(_timed(step, device))
             per_rep.append({**own, OUTSIDE: walls[-1] - sum(own.values())})
     finally:
         for h in handles:
@@ -140,10 +136,4 @@ def dispatch_cost(reps: int = 2000) -> float:
     """Seconds one trivial operator takes on this CPU (adding two 1-element tensors): Python's call, PyTorch's
     dispatch and an allocation, with next to no arithmetic -- the floor every operator call pays."""
     a, b = torch.ones(1), torch.ones(1)
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(reps):
-            torch.add(a, b)
-        best = min(best, (time.perf_counter() - start) / reps)
-    return best
+    return best_time(lambda: [torch.add(a, b) for _ in range(reps)], reps=5) / reps
