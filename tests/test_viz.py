@@ -552,7 +552,8 @@ def test_narration_says_what_the_scheduler_decided(pressured):
 
     _, rec = pressured
     for t in rec.trace:
-        told = [(s.kind, s.request) for s in sentences(t) if s.kind not in ("chunked", "kept waiting")]
+        told = [(s.kind, s.request) for s in sentences(t)
+                if s.kind not in ("chunked", "continued", "stalled", "kept waiting")]
         assert told == [*(("admitted", r) for r in t.admitted), *(("preempted", r) for r in t.preempted),
                         *(("finished", r) for r in t.finished)], f"step {t.step}"
         line = narrate(t)
@@ -561,6 +562,47 @@ def test_narration_says_what_the_scheduler_decided(pressured):
             assert f"preempted {r} (" in line
     t = next(t for t in rec.trace if t.finished)
     assert f"finished {t.finished[0]} (max_tokens=" in narrate(t), "the finish reason in words"
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "priority"])
+def test_no_step_reads_as_nothing_happened(policy):
+    """Every scenario in the simulator: each step names every request that computed a prompt chunk, or every one
+    that decoded when nothing else happened; a step after which requests wait says why the first of them was not
+    admitted and how many wait behind it; a step without decisions names what it did."""
+    from minfer.viz import Dashboard, Knobs, narrate, sentences
+    from minfer.viz.scenarios import SCENARIOS
+
+    for name in SCENARIOS:
+        rec = Dashboard(knobs=Knobs(backend="sim", scenario=name, num_blocks=24, max_num_seqs=4,
+                                    chunked_prefill_size=32, policy=policy)).run()
+        for t in rec.trace:
+            told, line = sentences(t), narrate(t)
+            where = f"{name}, step {t.step}: {line}"
+            named = {s.request for s in told}
+            assert t.prefill_tokens.keys() <= named, f"a prompt chunk nobody names ({where})"
+            if t.num_waiting:
+                waits = [s for s in told if s.kind == "kept waiting"]
+                assert len(waits) == 1, f"requests wait and the narration does not say why ({where})"
+                if t.num_waiting > 1:
+                    assert f"{t.num_waiting - 1} more wait" in waits[0].why, where
+            if not told:
+                assert t.decode_tokens and all(r in line for r in t.decode_tokens), where
+                assert len(t.decode_tokens) == 1 or f"({t.num_tokens} tokens)" in line, where
+            assert "no admission" not in line
+
+
+def test_a_stalled_request_is_named():
+    """A running request that computed nothing (the budget went to those ranked above it) gets a sentence."""
+    from minfer.plan import NotAdmitted
+    from minfer.trace import StepTrace
+    from minfer.viz import sentences
+
+    t = StepTrace(step=3, start_time=0.0, duration=0.1, prefill_tokens={}, decode_tokens={"a": 1},
+                  positions={"a": 40}, blocks={"a": 3, "b": 2}, num_running=2, num_waiting=1, num_pending=0,
+                  num_free_blocks=0, num_blocks=5, decisions=[NotAdmitted("c", "no_free_blocks", need=2, have=0)])
+    told = [(s.kind, s.request, s.why) for s in sentences(t)]
+    assert told[0] == ("stalled", "b", "holds 2 blocks but got no budget: the requests ranked above it spent it")
+    assert told[1][:2] == ("kept waiting", "c") and "more wait" not in told[1][2]
 
 
 # ---- exports and the browser side ----------------------------------------------------------------

@@ -37,7 +37,7 @@ ORDER = (Admitted, Chunked, Preempted, Ended, NotAdmitted)  # the order a step's
 
 @dataclass(slots=True)
 class Sentence:
-    kind: str  # "admitted" | "chunked" | "preempted" | "finished" | "refused" | "kept waiting"
+    kind: str  # admitted, chunked, continued, stalled, preempted, finished, refused or "kept waiting"
     request: str
     why: str
 
@@ -122,11 +122,42 @@ def kind_of(d: Decision) -> str:
 
 
 def sentences(t: StepTrace) -> list[Sentence]:
-    """The step's decisions in words: admissions, chunks, preemptions, endings, and who was kept waiting."""
-    if not t.decisions:
+    """The step's decisions in words: admissions, chunks (a prompt's last chunk too), preemptions, endings, and who
+    was kept waiting -- with how many wait behind it, since the queue is served in order."""
+    if not t.decisions and (t.admitted or t.preempted or t.finished):  # recorded before decisions were kept
         return _from_older_trace(t)
     ordered = sorted(t.decisions, key=lambda d: ORDER.index(type(d)))
-    return [Sentence(kind_of(d), d.request, explain(d)) for d in ordered]
+    out = [Sentence(kind_of(d), d.request, explain(d) + (_behind(t) if isinstance(d, NotAdmitted) else ""))
+           for d in ordered]
+    at = next((i for i, s in enumerate(out) if s.kind in ("preempted", "finished", "refused", "kept waiting")),
+              len(out))
+    out[at:at] = _last_chunks(t) + _stalled(t)  # told with the other chunks, before preemptions and endings
+    return out
+
+
+def _stalled(t: StepTrace) -> list[Sentence]:
+    """Running requests that computed nothing: they hold blocks, but the requests ranked above them spent the
+    step's budget (the timeline draws them dotted)."""
+    computed = t.prefill_tokens.keys() | t.decode_tokens.keys()
+    return [Sentence("stalled", rid, f"holds {n} blocks but got no budget: the requests ranked above it spent it")
+            for rid, n in t.blocks.items() if rid not in computed]
+
+
+def _behind(t: StepTrace) -> str:
+    """The rest of the queue: everyone behind the request kept waiting waits too (head-of-line order)."""
+    others = t.num_waiting - 1
+    if others <= 0:
+        return ""
+    return f"; {others} more {'waits' if others == 1 else 'wait'} behind it in the policy's order"
+
+
+def _last_chunks(t: StepTrace) -> list[Sentence]:
+    """Prompts (or recomputes) that a step finished without admitting them: their last chunk, which no decision
+    records (``Chunked`` is a chunk the budget cut short), yet which a chart shows as a hatched bar."""
+    decided = {d.request for d in t.decisions if isinstance(d, Admitted | Chunked)}
+    return [Sentence("continued", rid, f"tokens {t.positions.get(rid, 0)}–{t.positions.get(rid, 0) + n - 1}, the "
+                                       "last it had to compute: it samples its next token this step")
+            for rid, n in t.prefill_tokens.items() if rid not in decided]
 
 
 def _from_older_trace(t: StepTrace) -> list[Sentence]:
@@ -147,11 +178,18 @@ def _from_older_trace(t: StepTrace) -> list[Sentence]:
     return out
 
 
-def quiet(t: StepTrace) -> str:
-    """What to say of a step in which the scheduler decided nothing worth a sentence."""
-    if t.num_tokens:
-        return f"no admission, preemption or finish: {t.batch_size} requests computed {t.num_tokens} tokens"
-    return "idle: nothing to compute"
+def quiet(t: StepTrace, most: int = 8) -> str:
+    """What to say of a step in which nobody joined, left, was cut short or kept waiting: the plan was to decode
+    every running request one token, and why nobody else ran (no one waits; some have not arrived)."""
+    arriving = f"; {t.num_pending} {'has' if t.num_pending == 1 else 'have'} not arrived yet" if t.num_pending else ""
+    if not t.num_tokens:
+        return f"idle: nothing to compute{arriving}"
+    names = list(t.decode_tokens)
+    shown = ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+    each = ("the only running request computed its next token" if len(names) == 1 else
+            f"each running request computed its next token ({len(names)} tokens)")
+    waiting = "nobody waits" if not t.num_waiting else f"{t.num_waiting} waiting"
+    return f"decoded {shown}: {each}; {waiting}{arriving}"
 
 
 def narrate(t: StepTrace) -> str:
