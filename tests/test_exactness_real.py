@@ -45,23 +45,33 @@ def greedy_decode(model, ids: list[int], n: int, eos: int) -> tuple[list[int], t
     return out, first_logits
 
 
+@pytest.fixture(scope="module")
+def references(smollm2, hf_smollm2) -> dict[str, tuple[list[int], list[int], torch.Tensor]]:
+    """Hugging Face's answer for each prompt, computed once for every way of running minfer's model: prompt →
+    (its token ids, HF's 32 greedy tokens, HF's logits at the prompt's last position)."""
+    _, tok = smollm2
+    out = {}
+    for prompt in PROMPTS:
+        ids = tok.apply_chat_template([{"role": "user", "content": prompt}])
+        with torch.inference_mode():
+            x = torch.tensor([ids])  # explicit mask: HF would otherwise treat <|im_end|> (= pad id) as padding
+            ref = hf_smollm2.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=32,
+                                      do_sample=False)[0, len(ids):].tolist()
+            out[prompt] = (ids, ref, hf_smollm2(x).logits[0, -1])
+    return out
+
+
 @pytest.mark.parametrize(("linear_backend", "pointwise_backend"), [
     ("torch", "torch"), ("auto", "auto"),
     *(pytest.param(name, "torch", marks=pytest.mark.skipif(problem(name, torch.float32, "cpu") is not None,
                                                            reason=f"{problem(name, torch.float32, 'cpu')}"))
       for name in PACKED_BACKENDS)])
-def test_greedy_and_logits_equal_hugging_face(smollm2, hf_smollm2, linear_backend, pointwise_backend):
+def test_greedy_and_logits_equal_hugging_face(smollm2, references, linear_backend, pointwise_backend):
     """Every way of running the model: the plain model (``x @ W``, PyTorch's operators; LLMEngine's default), every
     speed-up that runs here (LLM()'s default), and each packed product alone: minfer's C++ kernel and oneDNN."""
     plain, tok = smollm2
     model = accelerate(plain, linear_backend, pointwise_backend)
-    for prompt in PROMPTS:
-        ids = tok.apply_chat_template([{"role": "user", "content": prompt}])
+    for prompt, (ids, ref, ref_logits) in references.items():
         ours, logits = greedy_decode(model, ids, 32, tok.eos_token_id)
-        with torch.inference_mode():
-            x = torch.tensor([ids])  # explicit mask: HF would otherwise treat <|im_end|> (= pad id) as padding
-            ref = hf_smollm2.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=32,
-                                      do_sample=False)[0, len(ids):].tolist()
-            ref_logits = hf_smollm2(torch.tensor([ids])).logits[0, -1]
         assert ours == ref, f"{prompt!r}: minfer {tok.decode(ours)!r} != HF {tok.decode(ref)!r}"
         assert (logits - ref_logits).abs().max() < 1e-4, f"{prompt!r}: last-position logits differ"
