@@ -132,10 +132,10 @@ class TunedShares(TypedDict):
 # minfer/validate/published.json: TensorRT-LLM's offline throughput for Llama-3.1-8B on one A100 (FP16, 0.17) and
 # one H100 (FP8, 0.17; FP16, 0.14), and the H100's inter-token latency at 2 requests/s (BF16, 0.14). Points the
 # fit never saw -- other GPUs, another model, online latency at other rates -- measure how well these numbers
-# transfer: their median error is in docs/simulator.md (`python -m minfer.validate.published`, chapter 10). Not fitted: the attention share,
-# from published microbenchmarks (FlashAttention-2 reaches about 70% of an A100's peak on long sequences,
-# FlashAttention-3 about 75% of an H100's). For comparison, cuBLAS reaches 70-85% of peak on large GEMMs
-# and streaming kernels 85-90% of HBM bandwidth.
+# transfer: their median error is in docs/simulator.md's table (`python -m minfer.validate.published`, chapter
+# 10). Not fitted: the attention share, from published microbenchmarks (FlashAttention-2 reaches about 70% of
+# an A100's peak on long sequences, FlashAttention-3 about 75% of an H100's). For comparison, cuBLAS reaches
+# 70-85% of peak on large GEMMs and streaming kernels 85-90% of HBM bandwidth.
 TUNED_GPU = TunedShares(
     matmul_efficiency=0.8275,
     matmul_half_tokens=106.8,
