@@ -472,7 +472,8 @@ class Dashboard:
                                   readout_format=".2f", continuous_update=False, layout=W.Layout(width="14em"),
                                   style={"description_width": "initial"})
         self.font.observe(self._on_font, "value")
-        self.message = W.HTML()
+        self.message = W.HTML()  # what the last action did, or why it could not act
+        self.message.add_class("minfer-message")
         live = self.recorder is not None
         size = W.Layout(width="auto")
         back = W.Button(description="", icon="step-backward", tooltip="previous step (←)", layout=size)
