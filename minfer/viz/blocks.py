@@ -108,10 +108,10 @@ def grid_figure(snapshot: PoolSnapshot | None, colors: ColorMap | None = None, c
     rim = cached. Square cells: ``layout.meta.aspect`` (rows / columns) lets the browser size the height to
     whatever width the figure gets; the height here is for a 900-pixel-wide figure. ``max_height`` (pixels,
     in ``layout.meta``) caps that height -- a screen that must hold every view -- and the cells stay square:
-    the grid gets narrower instead. ``narrow``: laid out for a third of a screen (the lecture layout) -- the
-    subtitle in two short lines, so that no text runs past the figure's edge."""
+    the grid gets narrower instead. ``narrow``: laid out for a third of a screen (the lecture layout) -- a
+    shorter title and the subtitle in three short lines, so that no text runs past the figure's edge."""
     colors = colors or ColorMap()
-    margin = dict(MARGIN, t=round((MARGIN["t"] + 17 * narrow) * scale))
+    margin = dict(MARGIN, t=round((MARGIN["t"] + 34 * narrow) * scale))
     if snapshot is None:
         return figure(_grid_traces(None, colors, scale), dict(
             title=dict(text=title or "KV blocks: no pool snapshot"), height=160, margin=margin,
@@ -119,8 +119,8 @@ def grid_figure(snapshot: PoolSnapshot | None, colors: ColorMap | None = None, c
     d = grid_data(snapshot, columns, max_blocks)
     heading, subtitle = grid_title(d)
     if narrow:
-        waste, shared, cached = subtitle.replace("internal waste", "waste").split(" · ")
-        subtitle = f"{waste} · {shared}<br>{cached}"
+        heading = heading.replace(" in use", "", 1)
+        subtitle = subtitle.replace("internal waste", "waste").replace(" · ", "<br>")
     rows = ceil_div(len(d.blocks), d.columns)
     aspect = rows / d.columns
     height = round((900 - 20) * aspect) + margin["t"] + margin["b"]
