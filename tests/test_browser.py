@@ -3,6 +3,9 @@ JupyterLab server started here, runs every cell, and then checks what once broke
 
 * the rendered page holds the recording's numbers (the notebook prints them: ``VIEW-COUNTS {...}``);
 * every text is readable (font sizes measured at 1x and 2x) and the figures fill their width;
+* Run on the finished recording replays it (and says so);
+* the lecture layout: at 1366x768 the controls and all five views on screen at once, the controls row
+  staying in sight as the notebook scrolls; at font scale 2 the controls' text grew too, and nothing clips;
 * the arrow keys step; Pause during Run stops within one step (3 tries, at 4 steps/s);
 * the PNG button downloads an image; the HTML export opens in Chromium, offline, and scrubs;
 * a second view of an output draws the same colours as the first;
@@ -341,6 +344,95 @@ def check_second_view(page, dash, hint) -> None:
     assert {f.rsplit(" ", 1)[0] for f in after} & hues, f"the timeline is not in the request hues: {set(after)}"
 
 
+def check_run_replays_a_finished_run(page, dash) -> None:
+    """After Run All the engine has finished: Run replays the recording from the slider's step (it used to
+    do nothing, and say nothing), and the message line says so."""
+    at = shown_step(dash)
+    dash.locator("button.minfer-run").click()
+    wait_until(page, lambda: shown_step(dash) != at, 30, "Run on a finished run to replay it")
+    message = dash.locator(".minfer-message").inner_text()
+    assert re.search(r"replaying the recording from step \d+: the engine has finished", message), message
+
+
+def lecture(page, dash) -> None:
+    """Press a dashboard's *lecture* button; wait until its views are laid out for one screen."""
+    dash.locator("button.minfer-layout").click()
+    wait_until(page, lambda: dash.locator(".minfer-canvas.minfer-layout-lecture").count() == 1, 30,
+               "the lecture layout")
+    page.wait_for_timeout(1000)  # plotly redraws at the new sizes
+
+
+# the boxes that must be on screen at once: the controls row and each view's figure (CSS pixels)
+BOXES = """(d) => { const box = (e) => { const r = e.getBoundingClientRect();
+        return [Math.round(r.left), Math.round(r.top), Math.round(r.right), Math.round(r.bottom)]; };
+    const out = {controls: box(d.querySelector('.minfer-controls'))};
+    for (const v of d.querySelectorAll('.minfer-view')) out[v.classList[1]] = box(v.querySelector('.main-svg'));
+    const s = d.closest('.jp-WindowedPanel-outer') || document.documentElement;
+    return {boxes: out, screen: box(s)}; }"""
+
+
+def check_lecture_layout_fits_a_projector(page, dash, times: dict) -> None:
+    """At 1366x768 (a projector), with the side panel closed, the lecture layout shows the controls and all
+    five views at once; scrolled on, the controls row stays in sight."""
+    page.set_viewport_size({"width": 1366, "height": 768})
+    page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current").first.click()  # close the side panel
+    lecture(page, dash)
+    dash.evaluate("d => d.scrollIntoView({block: 'start'})")
+    page.wait_for_timeout(500)
+    seen = dash.evaluate(BOXES)
+    times["lecture layout at 1366x768 (boxes, screen)"] = seen
+    top, bottom = max(seen["screen"][1], 0), min(seen["screen"][3], 768)
+    outside = {n: b for n, b in seen["boxes"].items() if b[0] < 0 or b[2] > 1366 or b[1] < top or b[3] > bottom}
+    assert len(seen["boxes"]) == 6 and not outside, f"not on screen at 1366x768: {outside} (screen {top}-{bottom})"
+    page.mouse.move(700, 500)
+    page.mouse.wheel(0, 300)  # the notebook scrolls on: the controls row stays at the top
+    page.wait_for_timeout(500)
+    controls = dash.evaluate(BOXES)["boxes"]["controls"]
+    hiding = dash.evaluate("""(d) => { const out = []; for (let e = d; e; e = e.parentElement) {
+        const o = getComputedStyle(e).overflow;
+        if (o !== 'visible') out.push(e.className + ': ' + o); } return out; }""")
+    assert top - 1 <= controls[1] <= top + 40, \
+        f"the controls row scrolled away: {controls}, screen top {top}; boxes that clip it: {hiding}"
+    page.set_viewport_size({"width": 1400, "height": 2600})
+
+
+# texts of a dashboard cut off: an HTML element narrower (or shorter) than its text where it hides
+# overflow, or an SVG text outside its figure
+CLIPPED = """(d) => { const out = [];
+    for (const e of d.querySelectorAll('*')) {
+        if (e instanceof SVGElement || !e.textContent.trim()) continue;
+        const st = getComputedStyle(e);
+        if (st.display === 'none' || e.offsetParent === null) continue;
+        const wide = e.scrollWidth > e.clientWidth + 1 && st.overflowX !== 'visible';
+        const tall = e.scrollHeight > e.clientHeight + 1 && st.overflowY !== 'visible';
+        if (wide || tall) out.push(`${e.className || e.tagName}: ${e.textContent.trim().slice(0, 40)}`);
+    }
+    for (const svg of d.querySelectorAll('.minfer-view .main-svg')) {
+        const r = svg.getBoundingClientRect();
+        for (const t of svg.parentNode.querySelectorAll('text')) {
+            const b = t.getBoundingClientRect();
+            const out_x = b.left < r.left - 1 || b.right > r.right + 1;
+            if (b.width && (out_x || b.top < r.top - 1 || b.bottom > r.bottom + 1))
+                out.push(`${t.closest('.minfer-view').classList[1]} text: ${t.textContent.slice(0, 40)}`);
+        }
+    }
+    return out; }"""
+CONTROL_FONTS = """(d) => Object.fromEntries(['.minfer-run', '.widget-label', 'select', 'input[type=number]',
+    '.widget-readout', '.widget-html'].map(s => { const e = d.querySelector(s);
+    return [s, e ? parseFloat(getComputedStyle(e).fontSize) : 0]; }))"""
+
+
+def check_nothing_clips_at_2x(page, dash, times: dict) -> None:
+    """Font scale 2 in the lecture layout: the controls' text grew with the charts' (buttons, dropdowns,
+    knobs, slider labels), and no text of the dashboard is cut off."""
+    lecture(page, dash)
+    fonts = dash.evaluate(CONTROL_FONTS)
+    times["control font sizes at 2x (px)"] = fonts
+    assert all(size >= 25 for size in fonts.values()), f"controls that kept their 1x font: {fonts}"
+    clipped = dash.evaluate(CLIPPED)
+    assert not clipped, f"text cut off at font scale 2: {clipped}"
+
+
 def test_dashboard_in_a_lecture(lab, tmp_path):
     from playwright.sync_api import sync_playwright
 
@@ -390,7 +482,10 @@ def test_dashboard_in_a_lecture(lab, tmp_path):
             assert narration.startswith(f"step {shown_step(first)} ·"), f"the narration line: {narration!r}"
 
             check_fonts_and_widths(page, first, times)
+            check_nothing_clips_at_2x(page, first, times)
             check_keys_and_exports(page, browser, replayed, work, tmp_path, times)
+            check_run_replays_a_finished_run(page, sim)  # at its last step: the replay starts over
+            check_lecture_layout_fits_a_projector(page, sim, times)
             check_pause(page, sim, times)
             check_second_view(page, replayed, hint)
 

@@ -747,3 +747,76 @@ def test_check_figure_needs_no_title_on_an_axis_of_labels():
     assert style.check_figure(boxes) == []
     numbers = style.figure([{"type": "bar", "x": [1, 2], "y": [3.0, 1.0]}], {"yaxis": {"title": {"text": "MB"}}})
     assert style.check_figure(numbers) == ["xaxis has no title (say what is counted, with units)"]
+
+
+def test_run_on_a_finished_run_replays_it_from_the_slider(tiny):
+    """Run (``start``/``play``) always acts: once the engine has finished it replays the recording from the
+    slider's step -- from the start when the slider is at the end -- and says so; the engine is not stepped."""
+    import asyncio
+
+    engine = tiny_engine(tiny)
+    add_requests(engine, n=3)
+    dash = Dashboard(engine, refresh_interval=0.0)
+    rec = dash.run()
+    steps = len(rec)
+    dash.slider.value = 2  # scrubbed back
+    shown = []
+    send = dash.view.show
+    dash.view.show = lambda frame: (shown.append((frame["step"], frame["status"])), send(frame))[1]
+    asyncio.run(dash.play())
+    assert len(dash.recording) == steps, "a replay: the finished engine took no step"
+    assert [i for i, _ in shown][0] == 3 and dash.index == steps - 1, shown
+    assert f"replaying the recording from step {rec.trace[2].step}: the engine has finished" in dash.message.value
+    assert "replaying at full speed (the engine has finished)" in shown[0][1], "the status line says it too"
+    asyncio.run(dash.play(max_steps=2))  # Run at the end starts the replay over
+    assert dash.index == 1 and f"from step {rec.trace[0].step}" in dash.message.value
+
+
+def test_controls_that_cannot_act_say_why(tiny):
+    engine = tiny_engine(tiny)
+    add_requests(engine, n=2)
+    dash = Dashboard(engine)
+    dash.back()
+    assert "no steps yet" in dash.message.value
+    dash._on_pause()  # the Pause button with nothing running
+    assert "nothing is running" in dash.message.value
+    dash.run()
+    last = dash.index
+    dash.step()  # the Step button at the end of a finished run
+    assert dash.index == last and "the run has finished: no step left" in dash.message.value
+    dash.run()  # run() in a cell, on a finished engine
+    assert "the engine has finished: nothing left to run" in dash.message.value and dash.index == last
+    dash.slider.value = 0
+    dash.back()
+    assert dash.index == 0 and "the first step" in dash.message.value
+    dash.step()
+    assert dash.index == 1 and dash.message.value == "", "a control that acts clears the last refusal"
+    replayed = Dashboard(recording=dash.recording)
+    replayed.step()
+    assert "the recording ends here: no step left" in replayed.message.value
+    empty = Dashboard(recording=Recording())
+    empty.start()
+    assert "nothing to run" in empty.message.value and not empty.running
+
+
+def test_lecture_layout_sets_smaller_views_and_switches_live(tiny):
+    engine = tiny_engine(tiny)
+    add_requests(engine)
+    with pytest.raises(ValueError, match=r"layout must be one of \['notebook', 'lecture'\]"):
+        Dashboard(engine, layout="slides")
+    dash = Dashboard(engine)
+    dash.run()
+    tall = {n: v["layout"]["height"] for n, v in dash.view.frame["views"].items()}
+    assert dash.view.frame["layout"] == "notebook" and "minfer-notebook" in dash.widget._dom_classes
+    dash.layout_button.value = True  # the lecture button
+    frame = dash.view.frame
+    short = {n: v["layout"]["height"] for n, v in frame["views"].items()}
+    assert dash.layout == frame["layout"] == "lecture" and "minfer-lecture" in dash.widget._dom_classes
+    assert "minfer-notebook" not in dash.widget._dom_classes
+    assert all(short[n] < tall[n] for n in ("batch", "queues", "latency")), (short, tall)
+    assert frame["views"]["grid"]["layout"]["meta"]["max_height"] == 190
+    assert "<br>" in frame["views"]["grid"]["layout"]["title"]["subtitle"]["text"], "a third of the width"
+    dash.font.value = 2.0  # at 2x a lecture view grows as much as its font: its axis titles still fit
+    assert dash.view.frame["views"]["batch"]["layout"]["height"] == 2 * short["batch"]
+    dash.layout = "notebook"
+    assert not dash.layout_button.value and dash.view.frame["layout"] == "notebook"

@@ -102,24 +102,33 @@ MARGIN = dict(l=10, r=10, t=75, b=10)
 
 
 def grid_figure(snapshot: PoolSnapshot | None, colors: ColorMap | None = None, columns: int | None = None,
-                max_blocks: int = 1024, scale: float = 1.0, title: str | None = None) -> dict:
+                max_blocks: int = 1024, scale: float = 1.0, title: str | None = None,
+                max_height: int | None = None, narrow: bool = False) -> dict:
     """The pool as plotly JSON: colour = owner, fill level = filled slots, hatched = shared, a thick dark
     rim = cached. Square cells: ``layout.meta.aspect`` (rows / columns) lets the browser size the height to
-    whatever width the figure gets; the height here is for a 900-pixel-wide figure."""
+    whatever width the figure gets; the height here is for a 900-pixel-wide figure. ``max_height`` (pixels,
+    in ``layout.meta``) caps that height -- a screen that must hold every view -- and the cells stay square:
+    the grid gets narrower instead. ``narrow``: laid out for a third of a screen (the lecture layout) -- a
+    shorter title and the subtitle in three short lines, so that no text runs past the figure's edge."""
     colors = colors or ColorMap()
-    margin = dict(MARGIN, t=round(MARGIN["t"] * scale))
+    margin = dict(MARGIN, t=round((MARGIN["t"] + 34 * narrow) * scale))
     if snapshot is None:
         return figure(_grid_traces(None, colors, scale), dict(
             title=dict(text=title or "KV blocks: no pool snapshot"), height=160, margin=margin,
             xaxis=dict(visible=False), yaxis=dict(visible=False)), scale)
     d = grid_data(snapshot, columns, max_blocks)
     heading, subtitle = grid_title(d)
+    if narrow:
+        heading = heading.replace(" in use", "", 1)
+        subtitle = subtitle.replace("internal waste", "waste").replace(" · ", "<br>")
     rows = ceil_div(len(d.blocks), d.columns)
     aspect = rows / d.columns
+    height = round((900 - 20) * aspect) + margin["t"] + margin["b"]
     layout = dict(
         barmode="overlay", showlegend=False, margin=margin,
         title=dict(text=title or heading, subtitle=dict(text=subtitle, font=dict(size=round(13 * scale)))),
-        height=round((900 - 20) * aspect) + margin["t"] + margin["b"], meta=dict(aspect=aspect),
+        height=min(height, max_height or height),
+        meta=dict(aspect=aspect) | ({"max_height": max_height} if max_height else {}),
         xaxis=dict(visible=False, range=[-0.5, d.columns - 0.5], fixedrange=True),
         yaxis=dict(visible=False, range=[-rows + 0.5, 0.5], scaleanchor="x", fixedrange=True))
     return figure(_grid_traces(d, colors, scale), layout, scale)

@@ -37,7 +37,7 @@ from minfer.engine import LLMEngine
 from minfer.request import RequestMetrics
 from minfer.viz.batch import request_order
 from minfer.viz.export import export_html
-from minfer.viz.frame import FrameOptions, dashboard_frame
+from minfer.viz.frame import LAYOUTS, FrameOptions, check_layout, dashboard_frame
 from minfer.viz.recorder import Recorder, Recording
 from minfer.viz.scenarios import SCENARIOS, scenario
 from minfer.viz.style import ColorMap
@@ -111,7 +111,10 @@ class Dashboard:
     its own engine from ``knobs`` (real ``model``, or ``sim_model`` on ``hardware`` in the simulator) and
     shows the knobs as controls; "Apply & reset" rebuilds the engine with the scenario's requests.
     ``steps_per_second`` paces Run and Play (0: as fast as the engine goes); ``font_scale`` (1-2) sizes
-    every text for a lecture hall; exports are written to ``export_dir``.
+    every text for a lecture hall, the controls' included; ``layout`` is "notebook" (each view as tall as it
+    reads best: scroll through them) or "lecture" (every view and the controls on one 1366x768 screen, the
+    controls row staying on screen while the notebook scrolls); the *lecture* button switches it live.
+    Exports are written to ``export_dir``.
     """
 
     def __init__(self, engine: LLMEngine | None = None, recording: Recording | None = None, *,
@@ -119,7 +122,7 @@ class Dashboard:
                  hardware: str = "H100-SXM", weights: tuple[Any, Any] | None = None,
                  ttft_slo: float | None = None, itl_slo: float | None = None, window: int | None = 200,
                  refresh_interval: float = 0.2, steps_per_second: float = 0.0, font_scale: float = 1.0,
-                 export_dir: str | Path = ".") -> None:
+                 layout: str = "notebook", export_dir: str | Path = ".") -> None:
         if engine is not None and recording is not None:
             raise ValueError("pass an engine to watch or a recording to replay, not both")
         if not 1.0 <= font_scale <= 2.0:
@@ -129,7 +132,8 @@ class Dashboard:
         self.knobs = knobs or Knobs()
         self.model_name, self.sim_model, self.hardware = model, sim_model, hardware
         self._weights = weights  # (model, tokenizer), loaded once and reused by every reset
-        self.options = FrameOptions(window=window, ttft_slo=ttft_slo, itl_slo=itl_slo, scale=font_scale)
+        self.options = FrameOptions(window=window, ttft_slo=ttft_slo, itl_slo=itl_slo, scale=font_scale,
+                                    layout=check_layout(layout))
         self.refresh_interval = refresh_interval
         self.export_dir = Path(export_dir)
         self.colors = ColorMap()
@@ -201,19 +205,47 @@ class Dashboard:
         self.speed.value = value
 
     def step(self) -> None:
-        """One step forward, drawn exactly: the engine's next step (live), the next recorded one (replay)."""
+        """One step forward, drawn exactly: the next recorded step while the slider is behind the newest
+        one, else the engine's next step (live). At the end there is none: the message line says so."""
         self.pause()
-        if self.recorder is None or self.index < len(self.recording) - 1:
+        if self.index < len(self.recording) - 1:
+            self._say("")
             self.draw(self.index + 1)
-        elif not self.recorder.done():
+        elif self.recorder is not None and not self.recorder.done():
+            self._say("")
             self.recorder.step()
             self.draw()
+        else:
+            self._say(self._no_step_left())
 
     def back(self) -> None:
         """One step back in the recording (the engine never runs backwards: this scrubs)."""
         self.pause()
         if self.index > 0:
+            self._say("")
             self.draw(self.index - 1)
+        else:
+            self._say("no steps yet: nothing to go back to; <b>Step</b> or <b>Run</b> start the run"
+                      if self.index < 0 else "this is the first step: nothing before it; <b>Step</b> or "
+                      f"<b>{self._run_label}</b> go forward")
+
+    @property
+    def finished(self) -> bool:
+        """Nothing left to compute: a replay, or a live engine with no request left."""
+        return self.recorder is None or self.recorder.done()
+
+    @property
+    def _run_label(self) -> str:
+        return "Run" if self.recorder is not None else "Play"
+
+    def _no_step_left(self) -> str:
+        """Why Step cannot move: the end of a finished run (or of a replay), or nothing recorded at all."""
+        if not len(self.recording):
+            return ("the engine has no requests: nothing to step (<b>Apply &amp; reset</b> starts the scenario "
+                    "again)" if self.recorder is not None else "the recording is empty: nothing to step")
+        what = "the run has finished" if self.recorder is not None else "the recording ends here"
+        return (f"{what}: no step left; ◀ <b>Back</b> or the slider scrub it, <b>{self._run_label}</b> "
+                "replays it")
 
     def run(self, max_steps: int | None = None) -> Recording:
         """Step to the end (or ``max_steps`` steps) in the calling code, redrawing at most every
@@ -222,6 +254,11 @@ class Dashboard:
         if self.recorder is None:
             raise ValueError("a replayed recording cannot run; move the step slider or press Play")
         self.pause()
+        if self.recorder.done():
+            self._say("the engine has finished: nothing left to run (<code>dash.start()</code> or <b>Run</b> "
+                      "replay the recording)")
+            self.draw()
+            return self.recording
         self._blocking(True)
         n = 0
         try:
@@ -243,41 +280,75 @@ class Dashboard:
         return self.recording
 
     def start(self, max_steps: int | None = None) -> None:
-        """The Run / Play button: step in the background; the notebook stays responsive."""
+        """The Run / Play button: step in the background; the notebook stays responsive. It always acts:
+        live, it steps the engine (first playing the recorded steps ahead of the slider, if it was scrubbed
+        back); once the engine has finished -- or on a replay -- it replays the recording from the slider's
+        step, from the start if the slider is at the end, and the message line says which."""
         self._run_id += 1  # a run still in flight stops at its next step
+        last = len(self.recording) - 1
+        if self.finished and last < 0:
+            self._say("nothing to run: " + self._no_step_left().split(": ", 1)[1])
+            return
+        if self.finished and self.index >= last:
+            self.index = -1  # at the end of a finished recording: start it over
+        self._say(self._playback_note())
         self._task = asyncio.ensure_future(self._playback(self._run_id, max_steps))
+
+    def _playback_note(self) -> str:
+        """What Run / Play is about to do, when it is not simply 'step the engine' (empty: nothing to say)."""
+        first = self.recording.trace[max(self.index, 0)].step if len(self.recording) else 0
+        if self.recorder is not None and self.recorder.done():
+            return f"replaying the recording from step {first}: the engine has finished"
+        if self.recorder is not None and self.index < len(self.recording) - 1:
+            return f"replaying the recorded steps from step {first}, then running the engine"
+        if self.recorder is None and self.index < 0:
+            return f"playing the recording from step {first}"
+        return ""
 
     def pause(self) -> None:
         """Stop a background run before its next step."""
         self._run_id += 1
+
+    def _on_pause(self) -> None:
+        """The Pause button: with nothing running it cannot act, and says so."""
+        if not self.running:
+            self._say(f"nothing is running: <b>Pause</b> stops <b>{self._run_label}</b> between two steps")
+        self.pause()
 
     @property
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
 
     def _advance(self) -> bool:
-        """One step of playback; False at the end."""
-        if self.recorder is None:
-            if self.index >= len(self.recording) - 1:
-                return False
+        """One step of playback: the next recorded step while the slider is behind the newest one, else
+        the engine's next step (live); False when there is neither."""
+        if self.index < len(self.recording) - 1:
             self.index += 1
             return True
-        if self.recorder.done():
+        if self.finished:
             return False
-        self.recorder.step()
+        self.recorder.step()  # type: ignore[union-attr]  # not finished: live
         self.index = len(self.recording) - 1
         return True
 
+    def _playing(self, pace: float) -> str:
+        """The status line's word for the step about to be shown: the engine runs, or a recording plays."""
+        why = ""
+        if self.recorder is None:
+            verb = "playing"
+        elif self.index < len(self.recording) - 1:
+            verb, why = "replaying", " (the engine has finished)" if self.recorder.done() else ""
+        else:
+            verb = "running"
+        return f"{verb} at " + (f"{pace:g} steps/s" if pace else "full speed") + why
+
     async def _playback(self, run_id: int, max_steps: int | None) -> None:
-        if self.recorder is None and self.index >= len(self.recording) - 1:
-            self.index = -1  # Play at the end of a replay starts it over
         n = 0
         try:
             while self._run_id == run_id and (max_steps is None or n < max_steps):
                 began = time.monotonic()
                 pace = self.steps_per_second
-                self.state = f"{'running' if self.recorder else 'playing'} at " + (
-                    f"{pace:g} steps/s" if pace else "full speed")
+                self.state = self._playing(pace)
                 if not self._advance():
                     break
                 n += 1
@@ -389,19 +460,20 @@ class Dashboard:
         self.view = DashboardView(on_key=self._on_key, on_png=self._on_png)
         self.view.add_class("minfer-view-widget")
         self.slider = W.IntSlider(0, 0, 0, description="step", continuous_update=False,
-                                  layout=W.Layout(width="360px"))
+                                  layout=W.Layout(width="22em"))  # em: controls grow with the font scale
         self.slider.observe(self._on_slider, "value")
         self.speed = W.Dropdown(options=list(SPEEDS), value=steps_per_second if steps_per_second in dict(
-            SPEEDS).values() else 0.0, description="speed", layout=W.Layout(width="170px"),
+            SPEEDS).values() else 0.0, description="speed", layout=W.Layout(width="13em"),
                                 style={"description_width": "initial"})
         if steps_per_second not in dict(SPEEDS).values():  # a pace of your own joins the list
             self.speed.options = [*SPEEDS, (f"{steps_per_second:g} steps/s", steps_per_second)]
             self.speed.value = steps_per_second
         self.font = W.FloatSlider(self.options.scale, min=1.0, max=2.0, step=0.25, description="font",
-                                  readout_format=".2f", continuous_update=False, layout=W.Layout(width="220px"),
+                                  readout_format=".2f", continuous_update=False, layout=W.Layout(width="14em"),
                                   style={"description_width": "initial"})
         self.font.observe(self._on_font, "value")
-        self.message = W.HTML()
+        self.message = W.HTML()  # what the last action did, or why it could not act
+        self.message.add_class("minfer-message")
         live = self.recorder is not None
         size = W.Layout(width="auto")
         back = W.Button(description="", icon="step-backward", tooltip="previous step (←)", layout=size)
@@ -413,24 +485,31 @@ class Dashboard:
         to_html = W.Button(description="HTML", icon="download", layout=size,
                            tooltip="save the recording as an interactive HTML file that plays offline")
         to_png = W.Button(description="PNG", icon="image", layout=size, tooltip="save a PNG of this step")
+        self.layout_button = W.ToggleButton(self.layout == "lecture", description="lecture", icon="desktop",
+                                            layout=size, tooltip="lecture layout: every view on one screen, "
+                                            "the controls always in sight")
+        self.layout_button.observe(self._on_layout, "value")
         back.on_click(lambda _: self.back())
         play.on_click(lambda _: self.start())
-        pause.on_click(lambda _: self.pause())
+        pause.on_click(lambda _: self._on_pause())
         forward.on_click(lambda _: self.step())
         to_html.on_click(lambda _: self._guard(self.export_html))
         to_png.on_click(lambda _: self._guard(self.export_png))
         for b, css in ((play, "minfer-run"), (pause, "minfer-pause"), (forward, "minfer-step"),
-                       (back, "minfer-back"), (to_html, "minfer-export-html"), (to_png, "minfer-export-png")):
+                       (back, "minfer-back"), (to_html, "minfer-export-html"), (to_png, "minfer-export-png"),
+                       (self.layout_button, "minfer-layout")):
             b.add_class(css)
         self._play_buttons = [back, play, pause, forward]
         rows: list[W.Widget] = []
         if self.owns_engine:
             rows.append(self._build_knobs())
-        rows += [W.HBox([back, play, pause, forward, self.speed, self.slider, self.font, to_html, to_png],
-                        layout=W.Layout(flex_flow="row wrap", align_items="center")),
-                 self.message, self.view]
+        controls = W.HBox([back, play, pause, forward, self.speed, self.slider, self.font, to_html, to_png,
+                           self.layout_button], layout=W.Layout(flex_flow="row wrap", align_items="center"))
+        controls.add_class("minfer-controls")  # sticky in the lecture layout (dashboard.css)
+        rows += [controls, self.message, self.view]
         self.widget = W.VBox(rows, layout=W.Layout(width="100%"))
         self.widget.add_class("minfer-dashboard")
+        self._dress_layout()
 
     def _guard(self, action: Any) -> None:
         """A button's action: a refusal shows beside the buttons, not in a log nobody sees."""
@@ -441,10 +520,10 @@ class Dashboard:
 
     def _build_knobs(self) -> W.Widget:
         k = self.knobs
-        small = dict(style={"description_width": "initial"}, layout=W.Layout(width="140px"))
+        small = dict(style={"description_width": "initial"}, layout=W.Layout(width="10em"))
         self.controls = {
             "backend": W.ToggleButtons(options=[("real model", "model"), ("simulator", "sim")],
-                                       value=k.backend, style={"button_width": "90px"}),
+                                       value=k.backend, style={"button_width": "7.5em"}),
             "scenario": W.Dropdown(options=list(SCENARIOS), value=k.scenario, description="scenario",
                                    style={"description_width": "initial"}),
             "num_blocks": W.BoundedIntText(k.num_blocks, min=4, max=4096, description="KV blocks", **small),
@@ -453,7 +532,7 @@ class Dashboard:
             "max_num_seqs": W.BoundedIntText(k.max_num_seqs, min=1, max=256, description="max seqs", **small),
             "policy": W.Dropdown(options=list(POLICIES), value=k.policy, description="policy", **small),
             "enable_prefix_caching": W.Checkbox(k.enable_prefix_caching, description="prefix caching",
-                                                indent=False, layout=W.Layout(width="130px")),
+                                                indent=False, layout=W.Layout(width="10em")),
         }
         self.apply_button = W.Button(description="Apply & reset", icon="refresh")
         self.apply_button.on_click(self._apply)
@@ -510,6 +589,32 @@ class Dashboard:
     def _on_font(self, change: dict) -> None:
         self.options.scale = change["new"]
         self.draw(self.index)
+
+    # ---- layout --------------------------------------------------------------------------------------
+    @property
+    def layout(self) -> str:
+        """"notebook" or "lecture" (``minfer.viz.frame.LAYOUTS``); setting it redraws."""
+        return self.options.layout
+
+    @layout.setter
+    def layout(self, value: str) -> None:
+        self.options.layout = check_layout(value)
+        self.layout_button.value = value == "lecture"  # (observed: a change lands in _on_layout)
+        self._dress_layout()
+        self.draw(self.index)
+
+    def _on_layout(self, change: dict) -> None:
+        wanted = "lecture" if change["new"] else "notebook"
+        if wanted != self.layout:
+            self.layout = wanted
+
+    def _dress_layout(self) -> None:
+        """The layout's class on the ipywidgets box (the controls' side); the views read it from the frame."""
+        for name in LAYOUTS:
+            if name == self.layout:
+                self.widget.add_class(f"minfer-{name}")
+            else:
+                self.widget.remove_class(f"minfer-{name}")
 
     def _on_key(self, key: str) -> None:
         if key == "ArrowLeft":

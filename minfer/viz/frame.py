@@ -23,17 +23,65 @@ from minfer.viz.latency import latency_figure
 from minfer.viz.narration import quiet, request_info, sentences
 from minfer.viz.queues import queue_figure
 from minfer.viz.recorder import Recording
-from minfer.viz.style import ALARM, PHASE_COLORS, PHASE_LABELS, ColorMap, rgba
+from minfer.viz.style import ALARM, PHASE_COLORS, PHASE_LABELS, ColorMap, rgba, scaled_height
+
+
+@dataclass(slots=True, frozen=True)
+class ViewHeights:
+    """Each view's height in CSS pixels at font scale 1; bigger fonts grow them by ``growth`` times as much
+    as the font (a tall view has room to spare; a short one needs all of it: its axis titles grow too).
+    ``None`` for the timeline: as tall as its rows need; for the grid: as tall as square cells need."""
+
+    batch: int
+    timeline: int | None
+    grid: int | None  # the most the block grid may take (its cells stay square: it gets narrower)
+    queues: int
+    latency: int
+    growth: float = 0.5  # style.scaled_height's rule
+
+    def at(self, height: int, scale: float) -> int:
+        """``height`` at font ``scale``."""
+        return round(height * (1 + self.growth * (scale - 1)))
+
+    def base(self, height: int, scale: float) -> int:
+        """What to pass a view that grows ``height`` by ``style.scaled_height`` itself, to get ``at``."""
+        return round(self.at(height, scale) / (scaled_height(1000, scale) / 1000))
+
+
+# "notebook": each view as tall as it reads best, one under another (the pair queues/latency side by side
+# when there is room) -- scroll to see them all. "lecture": the five views in two rows (the two step charts
+# and the block grid, then queues and latency; at big fonts two columns), short enough that controls,
+# status, narration and every view fit a 1366x768 projector at font scale 1 (static/dashboard.css places
+# them; the browser test measures the fit).
+LAYOUTS: dict[str, ViewHeights] = {
+    "notebook": ViewHeights(batch=300, timeline=None, grid=None, queues=380, latency=300),
+    "lecture": ViewHeights(batch=190, timeline=190, grid=190, queues=220, latency=220, growth=1.0),
+}
 
 
 @dataclass(slots=True)
 class FrameOptions:
-    """How a dashboard draws: the views' window, the SLO lines, the presentation font scale."""
+    """How a dashboard draws: the views' window, the SLO lines, the presentation font scale and layout."""
 
     window: int | None = 200  # steps shown in the step charts (None: all)
     ttft_slo: float | None = None  # seconds
     itl_slo: float | None = None
     scale: float = 1.0  # font scale: 1 on a laptop, up to 2 for the back of a lecture hall
+    layout: str = "notebook"  # a key of LAYOUTS: "notebook" (scroll through the views) or "lecture" (one screen)
+
+    def __post_init__(self) -> None:
+        check_layout(self.layout)
+
+    @property
+    def heights(self) -> ViewHeights:
+        return LAYOUTS[self.layout]
+
+
+def check_layout(layout: str) -> str:
+    """``layout`` if it is one of ``LAYOUTS``; a ValueError naming the choices otherwise."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {list(LAYOUTS)}, got {layout!r}")
+    return layout
 
 
 def dashboard_frame(rec: Recording, index: int, colors: ColorMap, options: FrameOptions,
@@ -52,16 +100,21 @@ def dashboard_frame(rec: Recording, index: int, colors: ColorMap, options: Frame
     if index >= 0 and kept is not None and kept[0] != index:
         grid_title = f"KV blocks after step {rec.trace[kept[0]].step} (no snapshot kept for this step)"
     pool = kept[1] if kept else snapshot if index < 0 else None
-    s = options.scale
+    s, h = options.scale, options.heights
+    narrow = options.layout == "lecture"  # the grid gets a third of the width
     views = {
-        "batch": batch_figure(shown, colors, s, legend=False),
-        "timeline": timeline_figure(trace, rec.metrics, colors, since, s, legend=False, data=timeline),
-        "grid": grid_figure(pool, colors, scale=s, title=grid_title),
-        "queues": queue_figure(shown, s),
+        "batch": batch_figure(shown, colors, s, legend=False, height=h.base(h.batch, s)),
+        "timeline": timeline_figure(trace, rec.metrics, colors, since, s, legend=False, data=timeline,
+                                    height=h.at(h.timeline, s) if h.timeline else None),
+        "grid": grid_figure(pool, colors, scale=s, title=grid_title,
+                            max_height=h.at(h.grid, s) if h.grid else None, narrow=narrow),
+        "queues": queue_figure(shown, s, height=h.base(h.queues, s)),
         "latency": latency_figure(rec.metrics, options.ttft_slo, options.itl_slo,
-                                  until=trace[-1].end_time if trace else 0.0, scale=s),
+                                  until=trace[-1].end_time if trace else 0.0, scale=s,
+                                  height=h.base(h.latency, s)),
     }
-    return {"step": index, "step_number": trace[-1].step if trace else None, "scale": s, "views": views,
+    return {"step": index, "step_number": trace[-1].step if trace else None, "scale": s,
+            "layout": options.layout, "views": views,
             "status": status_html(rec, index, state, extra),
             "narration": narration_html(trace[-1] if trace else None, colors),
             "legend": legend_html(colors, seen, request_info(trace))}

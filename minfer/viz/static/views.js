@@ -41,7 +41,17 @@ const MinferViews = (() => {
     const m = layout.margin || {};
     const width = el.clientWidth || 900;
     const plot = Math.max(width - (m.l || 0) - (m.r || 0), 100);
-    return { ...layout, height: Math.round(plot * aspect + (m.t || 0) + (m.b || 0)) };
+    const height = Math.round(plot * aspect + (m.t || 0) + (m.b || 0));
+    return { ...layout, height: Math.min(height, layout.meta.max_height || height) };  // capped: a narrower grid
+  }
+
+  // The frame's layout ("notebook" or "lecture") is a class on the canvas, and so are big fonts (1.5x and
+  // up: the views need more width); dashboard.css places the views accordingly.
+  function arrange(parts, frame) {
+    for (const name of ["notebook", "lecture"]) {
+      parts.root.classList.toggle(`minfer-layout-${name}`, (frame.layout || "notebook") === name);
+    }
+    parts.root.classList.toggle("minfer-large", (frame.scale || 1) >= 1.5);
   }
 
   async function draw(Plotly, parts, frame) {
@@ -49,6 +59,7 @@ const MinferViews = (() => {
     parts.drawn = frame;
     parts.width = parts.root.clientWidth;
     parts.root.style.setProperty("--minfer-scale", String(frame.scale || 1));
+    arrange(parts, frame);
     parts.status.innerHTML = frame.status || "";
     parts.narration.innerHTML = frame.narration || "";
     parts.legend.innerHTML = frame.legend || "";

@@ -22,6 +22,14 @@ function download(url, filename) {
   a.remove();
 }
 
+// The dashboard's ipywidgets controls live outside this widget's element, in the ipywidgets box around it
+// (class minfer-dashboard): the frame's font scale goes there too, as --minfer-scale, so that the buttons,
+// knobs and slider labels grow with the charts (dashboard.css turns it into the ipywidgets' own sizes).
+function dress(el, frame) {
+  const box = el.closest(".minfer-dashboard");
+  if (box) box.style.setProperty("--minfer-scale", String(frame.scale || 1));
+}
+
 export default {
   initialize({ model }) {
     model.on("msg:custom", async (msg) => {
@@ -51,6 +59,7 @@ export default {
       const frame = model.get("frame");
       const began = performance.now();
       await MinferViews.draw(Plotly, parts, frame);
+      dress(el, frame);
       queued = false;
       // tell the kernel this frame is on screen: a paced run waits for it, so the engine is never more
       // than a step ahead of what the audience sees (and Pause lands within one step)
