@@ -349,9 +349,10 @@ def check_run_replays_a_finished_run(page, dash) -> None:
     do nothing, and say nothing), and the message line says so."""
     at = shown_step(dash)
     dash.locator("button.minfer-run").click()
+    note = r"replaying the recording from step \d+: the engine has finished"  # said while the replay lasts
+    wait_until(page, lambda: re.search(note, dash.locator(".minfer-message").inner_text()), 30,
+               "the message line to say that Run replays")
     wait_until(page, lambda: shown_step(dash) != at, 30, "Run on a finished run to replay it")
-    message = dash.locator(".minfer-message").inner_text()
-    assert re.search(r"replaying the recording from step \d+: the engine has finished", message), message
 
 
 def lecture(page, dash) -> None:

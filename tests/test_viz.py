@@ -762,14 +762,17 @@ def test_run_on_a_finished_run_replays_it_from_the_slider(tiny):
     dash.slider.value = 2  # scrubbed back
     shown = []
     send = dash.view.show
-    dash.view.show = lambda frame: (shown.append((frame["step"], frame["status"])), send(frame))[1]
+    dash.view.show = lambda frame: (shown.append((frame["step"], frame["status"], dash.message.value)),
+                                    send(frame))[1]
     asyncio.run(dash.play())
     assert len(dash.recording) == steps, "a replay: the finished engine took no step"
-    assert [i for i, _ in shown][0] == 3 and dash.index == steps - 1, shown
-    assert f"replaying the recording from step {rec.trace[2].step}: the engine has finished" in dash.message.value
+    assert [i for i, *_ in shown][0] == 3 and dash.index == steps - 1, shown
+    assert f"replaying the recording from step {rec.trace[2].step}: the engine has finished" in shown[0][2]
     assert "replaying at full speed (the engine has finished)" in shown[0][1], "the status line says it too"
+    assert dash.message.value == "", "the note goes when the replay ends"
+    shown.clear()
     asyncio.run(dash.play(max_steps=2))  # Run at the end starts the replay over
-    assert dash.index == 1 and f"from step {rec.trace[0].step}" in dash.message.value
+    assert dash.index == 1 and f"from step {rec.trace[0].step}" in shown[0][2]
 
 
 def test_controls_that_cannot_act_say_why(tiny):

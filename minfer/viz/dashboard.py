@@ -139,6 +139,7 @@ class Dashboard:
         self.colors = ColorMap()
         self.index = -1  # the step on screen (an index into the recording; -1: before the first step)
         self.state = ""  # what the status line says the dashboard is doing ("running, 2 steps/s")
+        self._note: tuple[int, str] = (0, "")  # the message a Run / Play began with, and that run's id
         self.last_png: Path | None = None
         self._png_target: Path | None = None
         self._last_draw = 0.0
@@ -291,7 +292,8 @@ class Dashboard:
             return
         if self.finished and self.index >= last:
             self.index = -1  # at the end of a finished recording: start it over
-        self._say(self._playback_note())
+        self._note = (self._run_id, self._playback_note())  # the run that said it, and what it said
+        self._say(self._note[1])
         self._task = asyncio.ensure_future(self._playback(self._run_id, max_steps))
 
     def _playback_note(self) -> str:
@@ -360,6 +362,8 @@ class Dashboard:
                 await asyncio.sleep(max(left, MIN_YIELD))  # the kernel hears Pause, keys, the slider here
         finally:  # paused, finished or superseded: the last frame is exact, and says it stopped
             self.state = ""
+            if self._note == (run_id, self.message.value):
+                self._say("")  # "replaying from step N" is over with this run (a newer run's note stays)
             self.draw(self.index)
 
     async def _until_on_screen(self, serial: int, run_id: int) -> None:
