@@ -9,7 +9,10 @@ JupyterLab server started here, runs every cell, and then checks what once broke
 * the arrow keys step; Pause during Run stops within one step (3 tries, at 4 steps/s);
 * the PNG button downloads an image; the HTML export opens in Chromium, offline, and scrubs;
 * a second view of an output draws the same colours as the first;
-* after a page reload every chart of every dashboard has data again.
+* after a page reload every chart of every dashboard has data again;
+* (on an HTML export of 32 requests, without JupyterLab) every status, narration and legend text reaches 4.5:1
+  against what is under it, 32 requests show in 32 colours, and the PNG keeps the legend's patterns, the name
+  chips and the status line.
 
 It prints the response times it measured (``RESPONSE-TIMES ...``). Wall-clock times on a shared machine
 are noisy: the assertions bound behaviour (steps, sizes, data), never speed. It needs Debian's Chromium
@@ -510,4 +513,151 @@ def test_dashboard_in_a_lecture(lab, tmp_path):
             assert not failed, f"widgets failed to load: {failed}"
         finally:
             print("RESPONSE-TIMES", json.dumps(times))
+            browser.close()
+
+
+# ---- the HTML export in Chromium: contrast, 32 colours, a PNG as good as the screen (issue 37) --------------
+# Each text node of the status, narration and legend: its colour, the colour under it (the first opaque
+# background up the tree, translucent ones blended on the way) and WCAG's contrast ratio of the two.
+TEXT_CONTRAST = """() => {
+    const rgba = (c) => { const v = c.match(/[\\d.]+/g).map(Number);
+        return [v[0], v[1], v[2], v.length > 3 ? v[3] : 1]; };
+    const over = (top, under) => [0, 1, 2].map(i => top[i] * top[3] + under[i] * (1 - top[3]));
+    const lum = (rgb) => {
+        const f = (c) => { c /= 255; return c <= 0.04045 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4; };
+        return 0.2126 * f(rgb[0]) + 0.7152 * f(rgb[1]) + 0.0722 * f(rgb[2]); };
+    const under = (el) => {
+        const layers = [];
+        for (let e = el; e; e = e.parentElement) {
+            const c = rgba(getComputedStyle(e).backgroundColor);
+            if (c[3] > 0) layers.push(c);
+            if (c[3] >= 1) break;
+        }
+        return layers.reverse().reduce((rgb, c) => over(c, rgb), [255, 255, 255]);
+    };
+    const out = [];
+    for (const part of document.querySelectorAll('.minfer-status, .minfer-narration, .minfer-legend')) {
+        const walk = document.createTreeWalker(part, NodeFilter.SHOW_TEXT);
+        for (let node = walk.nextNode(); node; node = walk.nextNode()) {
+            if (!node.textContent.trim()) continue;
+            const el = node.parentElement, bg = under(el), fg = over(rgba(getComputedStyle(el).color), bg);
+            const [hi, lo] = [lum(fg), lum(bg)].sort((a, b) => b - a);
+            out.push({part: part.className, text: node.textContent.trim().slice(0, 30),
+                      chip: el.matches('.minfer-name'), color: fg.map(Math.round),
+                      background: bg.map(Math.round), ratio: (hi + 0.05) / (lo + 0.05)});
+        }
+    }
+    return out;
+}"""
+# Where, in the PNG of the dashboard (scale x the page), the page drew what the PNG must keep: the phase
+# swatches (hatched prefill, crossed preempted), the name chips with their hue, the status line.
+PNG_REGIONS = """(scale) => {
+    const origin = document.querySelector('.minfer-canvas').getBoundingClientRect();
+    const box = (el, inset) => { const r = el.getBoundingClientRect();
+        return [r.left - origin.left + inset, r.top - origin.top + inset, r.width - 2 * inset, r.height - 2 * inset]
+            .map(v => Math.round(v * scale)); };
+    const swatches = [...document.querySelectorAll('.minfer-legend .minfer-swatch')];
+    const chips = [...document.querySelectorAll('.minfer-narration .minfer-name, .minfer-legend .minfer-name')];
+    return {prefill: box(swatches[2], 2), preempted: box(swatches[4], 2),
+            status: box(document.querySelector('.minfer-status'), 0),
+            chips: chips.map(c => ({text: c.innerText, box: box(c, 2),
+                                    hue: getComputedStyle(c).backgroundColor.match(/\\d+/g).slice(0, 3).map(Number)}))};
+}"""
+# Per region of a PNG (base64): its pixel count, how many are dark (text), how many are within 40 of a
+# colour (a chip's hue), and its darkest and lightest luminance (a hatch spans both).
+PNG_PIXELS = """async ([png, regions]) => {
+    const img = new Image();
+    await new Promise((ok, fail) => { img.onload = ok; img.onerror = fail; img.src = 'data:image/png;base64,' + png; });
+    const canvas = document.createElement('canvas');
+    canvas.width = img.width; canvas.height = img.height;
+    const ctx = canvas.getContext('2d');
+    ctx.drawImage(img, 0, 0);
+    return regions.map(([[x, y, w, h], hue]) => {
+        const d = ctx.getImageData(x, y, w, h).data;
+        let dark = 0, near = 0, lo = 1, hi = 0;
+        for (let i = 0; i < d.length; i += 4) {
+            const l = (0.2126 * d[i] + 0.7152 * d[i + 1] + 0.0722 * d[i + 2]) / 255;
+            lo = Math.min(lo, l); hi = Math.max(hi, l);
+            if (Math.max(d[i], d[i + 1], d[i + 2]) < 90) dark++;
+            if (hue && Math.hypot(d[i] - hue[0], d[i + 1] - hue[1], d[i + 2] - hue[2]) < 40) near++;
+        }
+        return {n: d.length / 4, dark, near, lo, hi};
+    });
+}"""
+# the distinct colours of the timeline's solid (decode) and hatched (prefill) bars: one per request
+TIMELINE_HUES = """() => [...new Set([...document.querySelectorAll('.minfer-timeline g.trace.bars g.point path')]
+    .filter(p => !/url/.test(p.style.fill) && (p.style.fillOpacity === '' || Number(p.style.fillOpacity) === 1))
+    .map(p => p.style.fill))]"""
+
+
+@pytest.fixture(scope="module")
+def exported_32(tmp_path_factory, tiny) -> tuple[Path, int]:
+    """An HTML export of 32 requests of the tiny model in a small pool (waits, chunks, preemptions), opening at
+    the first step where one request's need preempts another (so the narration names three: "preempted r5
+    (pool full: r0 needed a block; ...)"); no JupyterLab."""
+    require_browser()
+    from conftest import tiny_engine
+    from minfer import SamplingParams
+    from minfer.viz import Recorder, export_html
+
+    engine = tiny_engine(tiny, block_size=4, num_blocks=24, max_num_seqs=12, chunked_prefill_size=32)
+    for i in range(32):
+        engine.add_request(f"r{i}", list(range(10, 18 + i % 9)), SamplingParams(max_tokens=12, ignore_eos=True,
+                           temperature=0.0), arrival_time=0.0)
+    rec = Recorder(engine).run()
+    shown = next(i for i, t in enumerate(rec.trace)
+                 if any(d.kind == "preempted" and d.by != d.request for d in t.decisions))
+    path = export_html(rec, tmp_path_factory.mktemp("export") / "run.html", start=shown, progress=False)
+    return path, shown
+
+
+def test_exported_dashboard_reads_at_a_distance_and_its_png_keeps_it(exported_32, tmp_path):
+    """Opened offline in Chromium: every text of the status, narration and legend reaches 4.5:1 against what
+    is under it (measured on the rendered page); the 32 requests show in 32 colours; the PNG button's picture
+    keeps the legend's patterns, the name chips in their hues and the status line."""
+    from playwright.sync_api import sync_playwright
+
+    path, shown = exported_32
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_context(viewport={"width": 1300, "height": 1400}, offline=True,
+                                       accept_downloads=True).new_page()
+            page.goto(path.as_uri())
+            page.wait_for_selector(".minfer-block-grid .main-svg", timeout=60_000)
+            wait_until(page, lambda: page.evaluate("document.body.dataset.index") == str(shown), 30,
+                       "the export at its preemption")
+
+            texts = page.evaluate(TEXT_CONTRAST)
+            low = [t for t in texts if t["ratio"] < 4.5]
+            assert not low, f"text under 4.5:1: {low}"
+            chips = [t for t in texts if t["chip"]]
+            assert {t["part"] for t in chips} == {"minfer-narration", "minfer-legend"}, f"names not on chips: {texts}"
+            told = [t["text"] for t in chips if t["part"] == "minfer-narration"]
+            assert len(told) >= 3 and "preempted" in told, f"the preemption, its victim and its cause: {told}"
+
+            with page.expect_download(timeout=60_000) as download:
+                page.click("#minfer-png")
+            png = tmp_path / "step.png"
+            download.value.save_as(png)
+            assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+            where = page.evaluate(PNG_REGIONS, 2)
+            regions = [[where["prefill"], None], [where["preempted"], None], [where["status"], None],
+                       *([c["box"], c["hue"]] for c in where["chips"])]
+            prefill, preempted, status, *chip_pixels = page.evaluate(
+                PNG_PIXELS, [base64.b64encode(png.read_bytes()).decode(), regions])
+            assert prefill["hi"] - prefill["lo"] > 0.25, f"the prefill swatch lost its hatching: {prefill}"
+            assert preempted["hi"] - preempted["lo"] > 0.25, f"the preempted swatch lost its crossing: {preempted}"
+            assert status["dark"] > 200, f"no status line in the PNG: {status}"
+            faded = [(c["text"], px) for c, px in zip(where["chips"], chip_pixels) if px["near"] < 0.5 * px["n"]]
+            assert chip_pixels and not faded, f"name chips not in their hue in the PNG: {faded}"
+
+            page.fill("#minfer-slider", str(int(page.get_attribute("#minfer-slider", "max"))))  # the last step
+            wait_until(page, lambda: len(page.evaluate(TIMELINE_HUES)) >= 32, 30)
+            hues = page.evaluate(TIMELINE_HUES)
+            assert len(hues) == 32, f"32 requests drawn in {len(hues)} colours: {hues}"
+            legend = page.evaluate("""() => [...document.querySelectorAll('.minfer-legend [data-request]')]
+                .map(c => getComputedStyle(c.querySelector('.minfer-name') || c).backgroundColor)""")
+            assert len(legend) == 32 and len(set(legend)) == 32, f"the legend's 32 requests: {legend}"
+        finally:
             browser.close()

@@ -542,8 +542,162 @@ def test_phases_are_patterns_over_request_hues(pressured):
     # the legend swatches are the phases' own (grey, patterned), never some request's hue
     swatches = [t for t in fig.data if t.showlegend]
     assert {t.marker.color for t in swatches if t.legendgroup.startswith("phase:")} <= {
-        style.PHASE_COLORS["prefill"], style.PHASE_COLORS["decode"], style.rgba(style.PHASE_COLORS["prefill"], 0.12),
-        style.rgba(style.PHASE_COLORS["prefill"], 0.35), style.rgba(style.ALARM, 0.18)}
+        style.PHASE_COLORS["prefill"], style.PHASE_COLORS["decode"],
+        style.rgba(style.PHASE_COLORS["prefill"], style.WAITING_FILL),
+        style.rgba(style.PHASE_COLORS["prefill"], style.STALLED_FILL), style.rgba(style.ALARM, 0.18)}
+
+
+# ---- readable at a distance: contrast, colour vision, 32 requests ---------------------------------------
+def test_contrast_ratio_of_known_pairs():
+    """WCAG's own numbers: black on white is 21:1, a colour on itself 1:1, #767676 is the lightest grey that
+    passes 4.5:1 on white and #777777 just fails it."""
+    from minfer.viz import style
+
+    assert style.relative_luminance("#ffffff") == pytest.approx(1.0)
+    assert style.relative_luminance("#000000") == 0.0
+    assert style.contrast_ratio("#000000", "#ffffff") == pytest.approx(21.0)
+    assert style.contrast_ratio("#ffffff", "#000000") == pytest.approx(21.0), "either order"
+    assert style.contrast_ratio("#f2b701", "#f2b701") == pytest.approx(1.0)
+    assert style.contrast_ratio("#767676", "#ffffff") == pytest.approx(4.54, abs=0.01)
+    assert style.contrast_ratio("#777777", "#ffffff") == pytest.approx(4.48, abs=0.01)
+    assert style.contrast_ratio("#f2b701", "#f4f6f8") < 2, "gold on the narration's grey: why names are chips"
+
+
+def test_chip_text_reaches_4_5_to_1_on_every_background():
+    """Black or white, whichever contrasts more: on every request hue, on the alarm red, and on any colour at
+    all (a 16-level sweep of the RGB cube), the chip's text meets WCAG AA."""
+    from itertools import product
+
+    from minfer.viz import style
+
+    assert style.text_color("#ffffff") == style.DARK_TEXT and style.text_color("#000000") == style.LIGHT_TEXT
+    assert style.text_color("#f2b701") == style.DARK_TEXT and style.text_color("#0d47a1") == style.LIGHT_TEXT
+    for hue in (*style.REQUEST_HUES, style.ALARM):
+        ratio = style.contrast_ratio(hue, style.text_color(hue))
+        assert ratio >= style.MIN_TEXT_CONTRAST, f"{style.text_color(hue)} on {hue} is {ratio:.2f}:1"
+    levels = range(0, 256, 17)
+    worst = min(style.contrast_ratio(c, style.text_color(c))
+                for c in (f"#{r:02x}{g:02x}{b:02x}" for r, g, b in product(levels, levels, levels)))
+    assert worst >= style.MIN_TEXT_CONTRAST, f"some background gets only {worst:.2f}:1"
+
+
+def test_32_requests_get_32_distinct_colours():
+    """Issue 37: an 18-request replay showed r12-r17 in r0-r5's colours. 32 requests now get 32 colours --
+    distinct (colour, label) pairs, and colours a reader tells apart (delta E > 20, as the first twelve)."""
+    from itertools import combinations
+
+    from minfer.viz import style
+
+    colors = style.ColorMap()
+    ids = [f"r{i}" for i in range(32)]
+    pairs = {(colors(r), r) for r in ids}
+    assert len(pairs) == 32 and len({c for c, _ in pairs}) == 32, "a colour repeats within 32 requests"
+    worst = min(style.color_distance(colors(a), colors(b)) for a, b in combinations(ids, 2))
+    assert worst > 20, f"two of 32 requests are only delta E {worst:.1f} apart"
+    assert colors("r32") == colors("r0"), "past 32 the colours come round again (the name tells them apart)"
+
+
+def test_colorblind_simulation_keeps_greys_and_merges_red_with_green():
+    """The simulation the phase test relies on: a neutral grey looks the same to everyone; red and green, far
+    apart in normal vision, come close for a protan or deutan viewer but not for a tritan one."""
+    from minfer.viz import style
+
+    for kind in style.CVD_KINDS:
+        for grey in ("#000000", "#808080", "#ffffff"):
+            assert style.color_distance(style.colorblind(grey, kind), grey) < 1, (kind, grey)
+    normal = style.color_distance("#d62728", "#2ca02c")
+    for kind in ("protan", "deutan"):
+        merged = style.color_distance(style.colorblind("#d62728", kind), style.colorblind("#2ca02c", kind))
+        assert merged < normal / 3, f"{kind}: red and green stay {merged:.0f} apart"
+    tritan = style.color_distance(style.colorblind("#d62728", "tritan"), style.colorblind("#2ca02c", "tritan"))
+    assert tritan > normal / 2
+
+
+def test_phase_colours_stay_apart_for_every_colour_vision():
+    """Waiting, stalled, prefill, decode and preempted keep at least delta E 12 between any two, in normal
+    vision and in simulated protan, deutan and tritan vision (the old stalled grey was 7 from waiting); and
+    the alarm red keeps clear of every grey for every viewer."""
+    from itertools import combinations
+
+    from minfer.viz import style
+
+    for kind in (None, *style.CVD_KINDS):
+        seen = {p: c if kind is None else style.colorblind(c, kind) for p, c in style.PHASE_COLORS.items()}
+        for a, b in combinations(seen, 2):
+            distance = style.color_distance(seen[a], seen[b])
+            assert distance >= 12, f"{a} and {b} are only {distance:.1f} apart in {kind or 'normal'} vision"
+        greys = [c for p, c in seen.items() if p != "preempted"]
+        assert min(style.color_distance(seen["preempted"], g) for g in greys) > 30, kind or "normal"
+
+
+def _drawn_fill(color: str) -> str:
+    """A marker colour as it looks over the white page: "rgba(r,g,b,a)" blended, "#rrggbb" as it is."""
+    import re
+
+    from minfer.viz import style
+
+    m = re.fullmatch(r"rgba\((\d+),(\d+),(\d+),([\d.]+)\)", color)
+    if not m:
+        return color
+    r, g, b, a = m.groups()
+    return style.blend(f"#{int(r):02x}{int(g):02x}{int(b):02x}", float(a))
+
+
+def test_state_fills_show_on_a_projector():
+    """The timeline's fills, as drawn over white: for every request hue, waiting is at least delta E 12 from
+    the white page (12% opacity was 7-11: gone on a projector) and stalled at least 12 from waiting and from
+    the full hue of prefill and decode."""
+    from minfer.viz import style
+
+    for hue in style.REQUEST_HUES:
+        fills = {p: _drawn_fill(style.phase_marker(p, [hue])["color"][0]) for p in ("waiting", "stalled", "decode")}
+        assert style.color_distance(fills["waiting"], "#ffffff") >= 12, f"waiting {hue} fades into the page"
+        assert style.color_distance(fills["waiting"], fills["stalled"]) >= 12, f"waiting vs stalled {hue}"
+        assert style.color_distance(fills["stalled"], fills["decode"]) >= 12, f"stalled vs decode {hue}"
+
+
+def plain_text(markup: str) -> str:
+    """The words of an HTML fragment, tags dropped."""
+    import html
+    import re
+
+    return html.unescape(re.sub(r"<[^>]+>", "", markup))
+
+
+CHIP = r"<span class='minfer-name' style='background:(#[0-9a-f]{6});color:(#[0-9a-f]{6})'>([^<]*)</span>"
+
+
+def test_names_in_narration_and_legend_are_chips_that_read_at_4_5_to_1(pressured):
+    """Every request named in the narration or the legend sits on a chip of its own hue, in text meeting
+    4.5:1 against it; no text is written in a colour on the page instead (the old names, gold on grey, were
+    1.7:1); and the requests that a phrase mentions ("r2 needed a block") are chips too, whole ids only."""
+    import html
+    import re
+
+    from minfer.viz import style
+    from minfer.viz.frame import FrameOptions, dashboard_frame, mark_names, named_requests
+
+    _, rec = pressured
+    colors = style.ColorMap()
+    preempting = [i for i, t in enumerate(rec.trace) if t.preempted]
+    assert preempting, "the fixture should preempt"
+    for i in [*preempting, 0, len(rec) // 2, len(rec) - 1]:
+        frame = dashboard_frame(rec, i, colors, FrameOptions())
+        for part in ("narration", "legend"):
+            chips = re.findall(CHIP, frame[part])
+            assert chips, f"step {i}: no name chip in the {part}"
+            for background, text, name in chips:
+                assert style.contrast_ratio(background, text) >= style.MIN_TEXT_CONTRAST, (part, name, background)
+                rid = html.unescape(name).split(" · ")[0]
+                if rid in colors:
+                    assert background == colors(rid), f"{rid} is not on its own hue"
+            assert not re.search(r"style='color:", frame[part]), f"coloured text on the page in the {part}"
+        outside = plain_text(re.sub(CHIP, " ", frame["narration"]))
+        for rid in named_requests(rec.trace[i]):
+            assert not re.search(rf"(?<![\w.-]){re.escape(rid)}(?![\w-])", outside), f"{rid} named outside a chip"
+    marked = mark_names("pool full: r1 needed a block; r10 is <the most recent>, not r1x", ["r1", "r10"], colors)
+    assert [name for _, _, name in re.findall(CHIP, marked)] == ["r1", "r10"], marked
+    assert plain_text(marked).endswith("<the most recent>, not r1x"), "the rest is escaped text"
 
 
 # ---- narration ----------------------------------------------------------------------------------
@@ -734,7 +888,7 @@ def test_narration_and_rows_use_the_recorded_reasons_tenants_and_priorities(pres
     assert {"r0 · alice", "r1 · bob · priority 2", "r2"} <= set(fig.layout.yaxis.categoryarray)
     frame = dashboard_frame(Recording(trace=trace, snapshots=rec.snapshots, metrics=rec.metrics), k,
                             ColorMap(), FrameOptions())
-    assert "r1 · bob · priority 2" in frame["legend"] and why in frame["narration"]
+    assert "r1 · bob · priority 2" in frame["legend"] and why in plain_text(frame["narration"])
 
 
 def test_check_figure_needs_no_title_on_an_axis_of_labels():

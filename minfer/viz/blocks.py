@@ -23,12 +23,13 @@ from minfer.units import ceil_div
 from minfer.viz.style import (
     BLOCK_RIM,
     CACHED_RIM,
+    DARK_TEXT,
     EMPTY_SLOT,
     FREE_BLOCK,
     ColorMap,
     as_figure,
     figure,
-    lab,
+    text_color,
 )
 
 CELL = 0.9  # a cell's side; the gap between cells is 1 - CELL
@@ -166,8 +167,9 @@ def _grid_traces(d: GridData | None, colors: ColorMap, scale: float) -> list[dic
 
 
 def _label_color(hue: str, fill: float) -> str:
-    """White on a dark hue that reaches the label (the cell's middle); dark text otherwise."""
-    return "white" if fill >= 0.6 and lab(hue)[0] < 60 else "#111111"
+    """Where the hue reaches the label (the cell's middle), the chips' rule: black or white, whichever
+    contrasts more with the hue (``style.text_color``); on the empty part of a cell, black."""
+    return text_color(hue) if fill >= 0.6 else DARK_TEXT
 
 
 def block_grid(snapshot: PoolSnapshot | None, colors: ColorMap | None = None, columns: int | None = None,

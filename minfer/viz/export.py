@@ -2,16 +2,18 @@
 
 ``export_html(recording, "run.html")`` writes one file holding plotly.js, the dashboard's drawing code
 (``static/views.js``) and one frame per step (``minfer.viz.frame``): open it in any browser, with no
-kernel and no network, and scrub it with its slider, Play/Pause, or the arrow keys. It looks exactly like
+kernel and no network, and scrub it with its slider, Play/Pause, or the arrow keys; its *PNG* button saves
+the step on screen as a picture (the same ``views.js`` code as the notebook's PNG button). It looks exactly like
 the notebook's dashboard because the same code draws the same frames.
 
 Each frame holds the figures of its step in full, stored gzipped (the browser unpacks them): a 120-step
 run of 18 requests is ~6 MB, 4.8 of them plotly.js. ``steps`` exports a range (e.g. the preemption you
 want to show).
 
-A PNG of the step on screen comes from the browser instead (``Dashboard.export_png``): it is plotly's
-own rendering of the figures on the page, so it needs nothing beyond the page itself -- no image-export
-package (kaleido), no separate headless browser.
+A PNG of the step on screen comes from the browser instead (``Dashboard.export_png``, or the file's own
+PNG button): plotly's own rendering of the figures on the page, and the browser's own rendering of the
+status, narration and legend (name chips and hatched swatches included), so it needs nothing beyond the
+page itself -- no image-export package (kaleido), no separate headless browser.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ h1 {{ font: 600 18px Inter, "Helvetica Neue", Arial, sans-serif; margin: 0 0 8px
   </select></label>
   <input id="minfer-slider" type="range" min="0" value="0" step="1" aria-label="step">
   <span id="minfer-step"></span>
+  <button id="minfer-png" title="save the step on screen as a PNG picture (for a slide)">PNG</button>
 </div>
 <div id="minfer-stage" data-start="{start}"></div>
 <script type="application/octet-stream" id="minfer-frames">{frames}</script>

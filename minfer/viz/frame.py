@@ -13,6 +13,8 @@ export writes one frame per step into a file. Both draw frames with the same Jav
 from __future__ import annotations
 
 import html
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from minfer.kv.block_pool import PoolSnapshot
@@ -23,7 +25,17 @@ from minfer.viz.latency import latency_figure
 from minfer.viz.narration import quiet, request_info, sentences
 from minfer.viz.queues import queue_figure
 from minfer.viz.recorder import Recording
-from minfer.viz.style import ALARM, PHASE_COLORS, PHASE_LABELS, ColorMap, rgba, scaled_height
+from minfer.viz.style import (
+    ALARM,
+    PHASE_COLORS,
+    PHASE_LABELS,
+    STALLED_FILL,
+    WAITING_FILL,
+    ColorMap,
+    rgba,
+    scaled_height,
+    text_color,
+)
 
 
 @dataclass(slots=True, frozen=True)
@@ -135,19 +147,53 @@ def status_html(rec: Recording, index: int, state: str = "", extra: str = "") ->
             f"preemptions {preempted} · blocks {used}/{t.num_blocks}{tail}{more}")
 
 
+def chip(text: str, background: str) -> str:
+    """``text`` on a ``background`` chip, in black or white by contrast (``style.text_color``): a name in its
+    request's hue that reads at 4.5:1 from the back of a hall, where text written *in* the hue does not."""
+    return (f"<span class='minfer-name' style='background:{background};color:{text_color(background)}'>"
+            f"{html.escape(text)}</span>")
+
+
 def _name(request: str, colors: ColorMap) -> str:
-    return f"<b style='color:{colors(request)}'>{html.escape(request)}</b>"
+    return chip(request, colors(request))
+
+
+def named_requests(t: StepTrace) -> set[str]:
+    """Every request step ``t`` can mention: its decisions' requests (and who caused a preemption), and who
+    was admitted, computed, preempted or finished."""
+    out = {*t.admitted, *t.preempted, *t.finished, *t.prefill_tokens, *t.decode_tokens}
+    for d in t.decisions:
+        out.add(d.request)
+        by = getattr(d, "by", None)
+        if isinstance(by, str) and by:
+            out.add(by)
+    return out
+
+
+def mark_names(text: str, requests: Iterable[str], colors: ColorMap) -> str:
+    """``text`` (plain words) as HTML with every whole-word mention of one of ``requests`` made a chip: the
+    narration's phrases name other requests too ("r7 needed a block")."""
+    ids = sorted((r for r in requests if r), key=len, reverse=True)  # "r10" before "r1"
+    if not ids:
+        return html.escape(text)
+    pattern = re.compile(r"(?<![\w.-])(" + "|".join(map(re.escape, ids)) + r")(?![\w-])")
+    out, last = [], 0
+    for m in pattern.finditer(text):
+        out += [html.escape(text[last:m.start()]), _name(m.group(1), colors)]
+        last = m.end()
+    return "".join(out) + html.escape(text[last:])
 
 
 def narration_html(t: StepTrace | None, colors: ColorMap) -> str:
-    """The narration line with each request named in its hue (the text: ``narration.narrate``)."""
+    """The narration line with each request named on a chip of its hue (the words: ``narration``)."""
     if t is None:
         return "the scheduler has not decided anything yet"
+    named = named_requests(t)
     parts = []
     for s in sentences(t):
-        verb = f"<b style='color:{ALARM}'>preempted</b>" if s.kind == "preempted" else s.kind
-        parts.append(f"{verb} {_name(s.request, colors)} ({html.escape(s.why)})")
-    return f"<b>step {t.step}</b> · " + " · ".join(parts or [quiet(t)])
+        verb = chip("preempted", ALARM) if s.kind == "preempted" else html.escape(s.kind)
+        parts.append(f"{verb} {_name(s.request, colors)} ({mark_names(s.why, named, colors)})")
+    return f"<b>step {t.step}</b> · " + " · ".join(parts or [mark_names(quiet(t), named, colors)])
 
 
 def _swatch(style: str) -> str:
@@ -158,10 +204,11 @@ def _hatch(color: str, stripe: str = "rgba(255,255,255,0.75)") -> str:
     return f"background:{color} repeating-linear-gradient(135deg,{stripe} 0 2px,transparent 2px 6px)"
 
 
+_GREY = PHASE_COLORS["prefill"]  # the phase legend's swatches are one grey, told apart by fill and pattern
 PHASE_SWATCHES = {
-    "waiting": f"background:{rgba(PHASE_COLORS['prefill'], 0.12)};border:1.5px solid {PHASE_COLORS['prefill']}",
-    "stalled": f"background:{rgba(PHASE_COLORS['prefill'], 0.35)};border:1px dotted {PHASE_COLORS['prefill']}",
-    "prefill": _hatch(PHASE_COLORS["prefill"]),
+    "waiting": f"background:{rgba(_GREY, WAITING_FILL)};border:1.5px solid {_GREY}",
+    "stalled": f"background:{rgba(_GREY, STALLED_FILL)};border:1px dotted {_GREY}",
+    "prefill": _hatch(_GREY),
     "decode": f"background:{PHASE_COLORS['decode']}",
     "preempted": f"background:{rgba(ALARM, 0.18)} repeating-linear-gradient(45deg,{ALARM} 0 1.5px,transparent "
                  f"1.5px 5px);border:1.5px solid {ALARM}",
@@ -169,19 +216,18 @@ PHASE_SWATCHES = {
 
 
 def legend_html(colors: ColorMap, requests: list[str], info: dict[str, str] | None = None,
-                limit: int = 24) -> str:
-    """One legend for every view: phases by pattern, requests by hue (with tenant and priority if set);
-    past ``limit`` requests, a count (hover and labels still name every request)."""
+                limit: int = 32) -> str:
+    """One legend for every view: phases by pattern, requests as chips of their hue (with tenant and priority
+    if set); past ``limit`` requests (as many as there are distinct hues), a count (hover and labels still
+    name every request)."""
     chips = ["<span class='minfer-legend-title'>phase</span>"]
     chips += [f"<span class='minfer-chip'>{_swatch(style)}<span>{html.escape(PHASE_LABELS[p])}</span></span>"
               for p, style in PHASE_SWATCHES.items()]
     if requests:
         chips.append("<span class='minfer-legend-title'>requests</span>")
     for rid in requests[:limit]:
-        hue = colors(rid)
         label = f"{rid} · {info[rid]}" if info and info.get(rid) else rid
-        chips.append(f"<span class='minfer-chip' data-request='{html.escape(rid)}'>{_swatch(f'background:{hue}')}"
-                     f"<span>{html.escape(label)}</span></span>")
+        chips.append(f"<span class='minfer-chip' data-request='{html.escape(rid)}'>{chip(label, colors(rid))}</span>")
     if len(requests) > limit:
         chips.append(f"<span class='minfer-chip'>… and {len(requests) - limit} more</span>")
     return "".join(chips)

@@ -11,7 +11,14 @@ tell "r4" from "prefill". So the course splits them:
   (``phase_marker``). Either way the legend reads the same.
 * **Requests** take hues from ``REQUEST_HUES``, which holds no grey and no red, so no request can be
   mistaken for a phase (``tests/test_viz.py`` checks the colour distances). ``ColorMap`` hands them out in
-  first-seen order; pass one map to every view of a run so a request keeps its hue everywhere.
+  first-seen order; pass one map to every view of a run so a request keeps its hue everywhere. There are
+  32 of them: 32 requests on screen get 32 colours (past that, a colour comes back and the name tells).
+* **Text is a chip**: a request named in text (the narration, the legend) is written on its hue, in black
+  or white, whichever contrasts more (``text_color``): WCAG's 4.5:1 for text is met on every hue, where a
+  name written *in* its hue on a light page is not (gold on grey is 1.7:1).
+* **For a projector**: the phases' colours stay apart in simulated colour-blind vision (``colorblind``),
+  and a state's fill is strong enough to see against white (``WAITING_FILL``, ``STALLED_FILL``); a
+  projector washes out the faint tints a laptop screen still shows.
 * **One template**: white background, one font whose size is scaled by one factor (presentation mode: 1x on
   a laptop, 2x for the back row), no fixed width (figures fill the notebook), titled numeric axes.
 
@@ -36,17 +43,23 @@ import plotly.graph_objects as go
 PHASES = ("waiting", "stalled", "prefill", "decode", "preempted")
 PHASE_COLORS = {
     "waiting": "#cdd2d8",  # arrived, queued, never ran yet
-    "stalled": "#e3e6ea",  # holds blocks but computed nothing this step (no budget left for it)
+    "stalled": "#a9b0b8",  # holds blocks but computed nothing this step (no budget left for it)
     "prefill": "#858d98",  # computing prompt tokens (a chunk per step)
     "decode": "#343c46",  # one new token per step
-    "preempted": "#d62728",  # lost its blocks; queued again, will recompute. The only red in the course.
+    "preempted": "#c1121f",  # lost its blocks; queued again, will recompute. The only red in the course.
 }
+# The greys go light to dark as a request does more (waiting, stalled, prefill, decode), each step at least
+# 12 L* apart: greys look the same to every kind of colour vision, so the phases cannot merge for anyone.
+# The alarm is a crimson rather than a scarlet (#d62728): in simulated deuteranopia scarlet turns into the
+# olive and ochre of some request hues, crimson stays apart from them (tests/test_viz.py simulates it).
 PHASE_LABELS = {"waiting": "waiting", "stalled": "holds blocks, no budget", "prefill": "prefill (hatched)",
                 "decode": "decode (solid)", "preempted": "preempted (crossed)"}
 ALARM = PHASE_COLORS["preempted"]
 
-# Saturated hues, far from the greys and from red (a test checks the distances). Beyond twelve requests
-# colours repeat; hover text and labels always name the request.
+# Saturated hues, far from the greys and from red, and from each other (a test checks the distances). The
+# first twelve are hand-picked; the other twenty were picked one at a time as the colour farthest (CIE L*a*b*)
+# from every colour before it, among those of medium lightness (L* 30-76) and clear chroma (35-80) that keep
+# away from the greys and the alarm. Past 32 requests colours repeat; hover text and labels name the request.
 REQUEST_HUES: tuple[str, ...] = (
     "#1f77b4",  # blue
     "#ff7f0e",  # orange
@@ -60,7 +73,21 @@ REQUEST_HUES: tuple[str, ...] = (
     "#f2b701",  # gold
     "#00897b",  # teal
     "#a6761d",  # ochre
+    "#3c5a0f", "#ff2d87", "#96c387", "#ff9696", "#a50096", "#871e5a", "#00d296", "#e178ff", "#6978ff", "#a5b4ff",
+    "#ffa569", "#5a2da5", "#00874b", "#78962d", "#4bc3ff", "#0f96ff", "#c3b469", "#87c32d", "#c36987", "#ff5ad2",
 )
+COLORWAY = REQUEST_HUES[:12]  # plotly's automatic trace colours: a chart of more unnamed traces needs names
+
+# How strongly a request's hue fills a bar in each state, over white: a waiting request is a light tint inside
+# its outline, a stalled one a stronger tint; prefill and decode are the full hue. Each level is at least 12
+# delta E from white and from the next level for every request hue (a test checks it): 12% was too faint
+# to see on a projector.
+WAITING_FILL = 0.3
+STALLED_FILL = 0.6
+
+DARK_TEXT = "#000000"  # the two colours a chip's text can take (text_color picks one)
+LIGHT_TEXT = "#ffffff"
+MIN_TEXT_CONTRAST = 4.5  # WCAG 2 level AA for body text
 
 FREE_BLOCK = "#f1f3f5"  # a free KV block: a light cell with a visible rim
 BLOCK_RIM = "#9aa3ad"
@@ -82,6 +109,13 @@ class ColorMap:
             color = self._colors[request_id] = REQUEST_HUES[len(self._colors) % len(REQUEST_HUES)]
         return color
 
+    def __contains__(self, request_id: object) -> bool:
+        return request_id in self._colors
+
+    def text(self, request_id: str) -> str:
+        """The colour a name written on this request's hue takes (black or white, by contrast)."""
+        return text_color(self(request_id))
+
     def items(self) -> list[tuple[str, str]]:
         """(request id, hue) in the order the requests were first drawn: the request legend."""
         return list(self._colors.items())
@@ -100,9 +134,9 @@ def phase_marker(phase: str, hues: Sequence[str]) -> dict:
         return dict(color=[rgba(ALARM, 0.18)] * n, line=dict(color=ALARM, width=1.5),
                     pattern=dict(shape="x", fgcolor=ALARM, size=7, solidity=0.25))
     if phase == "waiting":  # hollow: a faint fill inside the request's outline
-        return dict(color=[rgba(h, 0.12) for h in hues], line=dict(color=list(hues), width=1.5))
+        return dict(color=[rgba(h, WAITING_FILL) for h in hues], line=dict(color=list(hues), width=1.5))
     if phase == "stalled":
-        return dict(color=[rgba(h, 0.35) for h in hues], line=dict(color=list(hues), width=1),
+        return dict(color=[rgba(h, STALLED_FILL) for h in hues], line=dict(color=list(hues), width=1),
                     pattern=dict(shape=".", fgcolor="white", fgopacity=0.9, size=6))
     if phase == "prefill":
         return dict(color=list(hues), line=dict(color=list(hues), width=0.5),
@@ -152,7 +186,7 @@ FONT_SIZE = 13  # at scale 1; titles are 1.3x, plotly derives ticks, legends and
 _AXIS = dict(gridcolor="#e6e8eb", linecolor="#9aa3ad", zeroline=False, ticks="outside", tickcolor="#9aa3ad",
              showline=True, automargin=True, title=dict(standoff=8))
 TEMPLATE_LAYOUT: dict[str, Any] = dict(
-    paper_bgcolor="white", plot_bgcolor="white", colorway=list(REQUEST_HUES), font=dict(family=FONT, color="#1f2328"),
+    paper_bgcolor="white", plot_bgcolor="white", colorway=list(COLORWAY), font=dict(family=FONT, color="#1f2328"),
     xaxis=_AXIS, yaxis=_AXIS, hoverlabel=dict(font=dict(family=FONT)), bargap=0.15,
     legend=dict(orientation="h", x=0, xanchor="left", y=1.0, yanchor="bottom", bgcolor="rgba(255,255,255,0.8)"),
     title=dict(x=0, xanchor="left", xref="paper", y=1.0, yref="container", yanchor="top", pad=dict(t=8)),
@@ -243,7 +277,7 @@ def check_figure(fig: go.Figure | Mapping) -> list[str]:
         problems.append(f"fixed width {layout['width']} px (leave it out: the figure fills the notebook)")
     tpl = layout.get("template")
     tpl_layout = tpl.get("layout", {}) if isinstance(tpl, Mapping) else getattr(tpl, "layout", None)
-    if not tpl_layout or _plain(tpl_layout).get("colorway") != list(REQUEST_HUES):
+    if not tpl_layout or _plain(tpl_layout).get("colorway") != list(COLORWAY):
         problems.append("not the course template (minfer.viz.style.figure or use_course_template())")
     axes = {k for k in layout if k.startswith(("xaxis", "yaxis"))}
     for trace in spec.get("data", []):  # axes a trace uses, even if the layout never mentions them
@@ -325,3 +359,61 @@ def saturation(hex_color: str) -> float:
     """HLS saturation (0 for greys): request hues must be clearly chromatic."""
     r, g, b = (int(hex_color[i:i + 2], 16) / 255 for i in (1, 3, 5))
     return colorsys.rgb_to_hls(r, g, b)[2]
+
+
+def blend(hex_color: str, alpha: float, under: str = "#ffffff") -> str:
+    """The opaque colour ``hex_color`` at opacity ``alpha`` makes over ``under`` (what a translucent fill
+    looks like on the page): the colour to measure contrast and distance on."""
+    top, bottom = _rgb255(hex_color), _rgb255(under)
+    return "#" + "".join(f"{round(b + (t - b) * alpha):02x}" for t, b in zip(top, bottom))
+
+
+# ---- contrast (WCAG 2) -------------------------------------------------------------------------------------
+
+
+def _rgb255(hex_color: str) -> tuple[int, int, int]:
+    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    return r, g, b
+
+
+def relative_luminance(hex_color: str) -> float:
+    """WCAG's relative luminance: linear-light sRGB weighted by how bright each primary looks to the eye
+    (green most, blue least); 0 for black, 1 for white."""
+    lin = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in (v / 255 for v in _rgb255(hex_color))]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def contrast_ratio(a: str, b: str) -> float:
+    """WCAG's contrast ratio of two colours, 1 (the same) to 21 (black on white), in either order. Text needs
+    4.5 (``MIN_TEXT_CONTRAST``); the 0.05 stands for the glare a real screen adds to both."""
+    hi, lo = sorted((relative_luminance(a), relative_luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+def text_color(background: str) -> str:
+    """Black or white text for a name written on ``background``, whichever contrasts more. One of them always
+    reaches 4.58:1 (the worst background, a luminance of about 0.18, is equally far from both), so a chip of
+    any hue meets the 4.5:1 that text needs."""
+    dark, light = contrast_ratio(background, DARK_TEXT), contrast_ratio(background, LIGHT_TEXT)
+    return DARK_TEXT if dark >= light else LIGHT_TEXT
+
+
+# ---- colour vision deficiency (for tests and for anyone adding a colour) -------------------------------------
+
+# Machado, Oliveira and Fernandes (2009), severity 1.0: linear sRGB -> linear sRGB as a dichromat sees it.
+_CVD = {
+    "protan": ((0.152286, 1.052583, -0.204868), (0.114503, 0.786281, 0.099216), (-0.003882, -0.048116, 1.051998)),
+    "deutan": ((0.367322, 0.860646, -0.227968), (0.280085, 0.672501, 0.047413), (-0.011820, 0.042940, 0.968881)),
+    "tritan": ((1.255528, -0.076749, -0.178779), (-0.078411, 0.930809, 0.147602), (0.004733, 0.691367, 0.303900)),
+}
+CVD_KINDS = tuple(_CVD)
+
+
+def colorblind(hex_color: str, kind: str) -> str:
+    """``hex_color`` as someone with no working L (protan), M (deutan) or S (tritan) cones sees it: about one
+    man in twelve has a red-green deficiency, so two colours a lecture must tell apart have to stay apart
+    here too."""
+    lin = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in (v / 255 for v in _rgb255(hex_color))]
+    seen = [min(max(sum(m * c for m, c in zip(row, lin)), 0.0), 1.0) for row in _CVD[kind]]
+    srgb = [12.92 * c if c <= 0.0031308 else 1.055 * c ** (1 / 2.4) - 0.055 for c in seen]
+    return "#" + "".join(f"{round(c * 255):02x}" for c in srgb)

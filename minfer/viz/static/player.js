@@ -1,6 +1,6 @@
 // The standalone player of an exported dashboard (minfer/viz/export.py): the recording's frames, one per
-// step, drawn by views.js, with a step slider, Play/Pause, a speed choice and the arrow keys. No kernel,
-// no network: plotly.js and every frame are inside the HTML file.
+// step, drawn by views.js, with a step slider, Play/Pause, a speed choice, the arrow keys and a PNG of the
+// step on screen. No kernel, no network: plotly.js and every frame are inside the HTML file.
 // The frames are stored gzipped (JSON of consecutive steps repeats itself: ~10x smaller) and unpacked by
 // the browser's own DecompressionStream.
 async function minferFrames() {
@@ -56,6 +56,15 @@ minferFrames().then((frames) => {
       e.preventDefault();
       timer === null ? start() : stop();
     }
+  });
+  document.getElementById("minfer-png").addEventListener("click", async () => {  // the step on screen, for a slide
+    stop();
+    const a = document.createElement("a");
+    a.href = await MinferViews.png(Plotly, parts);
+    a.download = `minfer-step-${frames[index].step_number}.png`;
+    document.body.appendChild(a);
+    a.click();
+    a.remove();
   });
   new ResizeObserver(() => MinferViews.resize(Plotly, parts)).observe(parts.root);
   show(index);

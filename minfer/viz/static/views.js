@@ -97,7 +97,7 @@ const MinferViews = (() => {
     for (const el of Object.values(parts.plots)) if (Plotly && el.data) Plotly.purge(el);
   }
 
-  // ---- PNG of what is on screen: each figure through Plotly.toImage, the text drawn beside them ----
+  // ---- PNG of what is on screen: each figure through Plotly.toImage, the text as the page draws it ----
   function loadImage(url) {
     return new Promise((resolve, reject) => {
       const img = new Image();
@@ -107,27 +107,27 @@ const MinferViews = (() => {
     });
   }
 
-  function drawText(ctx, el, origin) {
-    const text = el.innerText.trim();
+  // The text parts (status, narration, legend) are drawn by the browser itself, exactly as on screen --
+  // name chips, the legend's hatched swatches, line breaks -- as an SVG image holding a copy of the HTML
+  // (foreignObject). The copy carries every element's computed style inline: the SVG image sees no CSS.
+  function inlineStyles(from, to) {
+    const style = getComputedStyle(from);
+    let css = "";
+    for (const name of style) css += `${name}:${style.getPropertyValue(name)};`;
+    to.setAttribute("style", css);
+    for (let i = 0; i < from.children.length; i++) inlineStyles(from.children[i], to.children[i]);
+  }
+
+  async function htmlImage(el, scale) {
     const r = el.getBoundingClientRect();
-    if (!text || !r.width) return;
-    const style = getComputedStyle(el);
-    ctx.font = `${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
-    ctx.fillStyle = style.color;
-    ctx.textBaseline = "top";
-    const size = parseFloat(style.fontSize);
-    const pad = parseFloat(style.paddingLeft) || 0;
-    let x = r.left - origin.left + pad, y = r.top - origin.top + (parseFloat(style.paddingTop) || 0);
-    let line = "";
-    for (const word of text.split(/\s+/)) {  // wrap at the element's width
-      const next = line ? `${line} ${word}` : word;
-      if (ctx.measureText(next).width > r.width - 2 * pad && line) {
-        ctx.fillText(line, x, y);
-        y += size * 1.45;
-        line = word;
-      } else line = next;
-    }
-    ctx.fillText(line, x, y);
+    const copy = el.cloneNode(true);
+    inlineStyles(el, copy);
+    copy.style.margin = "0";
+    const xml = new XMLSerializer().serializeToString(copy);
+    const w = Math.ceil(r.width), h = Math.ceil(r.height);
+    const svg = `<svg xmlns="http://www.w3.org/2000/svg" width="${w * scale}" height="${h * scale}" ` +
+      `viewBox="0 0 ${w} ${h}"><foreignObject x="0" y="0" width="${w}" height="${h}">${xml}</foreignObject></svg>`;
+    return loadImage(`data:image/svg+xml;charset=utf-8,${encodeURIComponent(svg)}`);
   }
 
   async function png(Plotly, parts, scale = 2) {
@@ -139,20 +139,11 @@ const MinferViews = (() => {
     ctx.scale(scale, scale);
     ctx.fillStyle = "white";
     ctx.fillRect(0, 0, origin.width, origin.height);
-    const nr = parts.narration.getBoundingClientRect();
-    ctx.fillStyle = "#f4f6f8";
-    ctx.fillRect(nr.left - origin.left, nr.top - origin.top, nr.width, nr.height);
-    drawText(ctx, parts.status, origin);
-    drawText(ctx, parts.narration, origin);
-    for (const chip of parts.legend.children) {
-      const swatch = chip.querySelector(".minfer-swatch");
-      if (swatch) {
-        const s = swatch.getBoundingClientRect();
-        ctx.fillStyle = getComputedStyle(swatch).backgroundColor;
-        ctx.fillRect(s.left - origin.left, s.top - origin.top, s.width, s.height);
-      }
-      const label = chip.querySelector("span:not(.minfer-swatch)") || chip;
-      drawText(ctx, label, origin);
+    for (const el of [parts.status, parts.narration, parts.legend]) {
+      const r = el.getBoundingClientRect();
+      if (!r.width || !r.height) continue;
+      const img = await htmlImage(el, scale);
+      ctx.drawImage(img, r.left - origin.left, r.top - origin.top, Math.ceil(r.width), Math.ceil(r.height));
     }
     for (const el of Object.values(parts.plots)) {
       const r = el.getBoundingClientRect();
