@@ -30,6 +30,10 @@
 #include <cstring>
 #include <vector>
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 #include "panel_tile.h"
 #include "vector_math.h"
 
@@ -41,27 +45,60 @@ using minfer::kWidth;
 using minfer::silu;
 using minfer::Vec;
 
-typedef int8_t Int8s __attribute__((vector_size(kWidth)));                        // kWidth int8 values
-typedef uint8_t Bytes __attribute__((vector_size(kWidth)));                       // kWidth bytes
-typedef int32_t Ints __attribute__((vector_size(kWidth * sizeof(int32_t))));      // kWidth int32 lanes
-typedef _Float16 Halves __attribute__((vector_size(kWidth * sizeof(_Float16))));  // kWidth float16 values
+typedef int32_t Ints __attribute__((vector_size(kWidth * sizeof(int32_t))));  // kWidth int32 lanes
 
-template <typename V>
-V load_as(const uint8_t* p) {
-  V v;
-  std::memcpy(&v, p, sizeof v);  // an unaligned load
+// Widening kWidth bytes (or float16 values) to a vector of int32 (or float): one instruction each with AVX-512 or
+// AVX2, written out because GCC turns the portable spelling (__builtin_convertvector from bytes) into a loop of
+// scalar conversions. Elsewhere, that loop.
+#if defined(__AVX512F__)
+inline Ints widen_signed(const uint8_t* p) {
+  return (Ints)_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline Ints widen_unsigned(const uint8_t* p) {
+  return (Ints)_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline Vec halves(const uint8_t* p) {
+  return (Vec)_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+#elif defined(__AVX2__) && defined(__F16C__)
+inline Ints widen_signed(const uint8_t* p) {
+  return (Ints)_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+inline Ints widen_unsigned(const uint8_t* p) {
+  return (Ints)_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+inline Vec halves(const uint8_t* p) {
+  return (Vec)_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+#else
+inline Ints widen_signed(const uint8_t* p) {
+  Ints v;
+  for (int64_t i = 0; i < kWidth; ++i) v[i] = int8_t(p[i]);
   return v;
 }
-
-inline Vec halves(const uint8_t* p) { return __builtin_convertvector(load_as<Halves>(p), Vec); }
+inline Ints widen_unsigned(const uint8_t* p) {
+  Ints v;
+  for (int64_t i = 0; i < kWidth; ++i) v[i] = p[i];
+  return v;
+}
+inline Vec halves(const uint8_t* p) {
+  Vec v;
+  for (int64_t i = 0; i < kWidth; ++i) {
+    _Float16 h;
+    std::memcpy(&h, p + i * sizeof h, sizeof h);
+    v[i] = float(h);
+  }
+  return v;
+}
+#endif
 
 // A row of a panel (kPanel columns at one k), widened to two vectors of floats.
 struct Int8Format {
   static constexpr int64_t kRowBytes = kPanel;  // a byte a column
   static constexpr bool kMins = false;          // w = scale * q
   static void decode(const uint8_t* row, Vec& w0, Vec& w1) {
-    w0 = __builtin_convertvector(load_as<Int8s>(row), Vec);
-    w1 = __builtin_convertvector(load_as<Int8s>(row + kWidth), Vec);
+    w0 = __builtin_convertvector(widen_signed(row), Vec);
+    w1 = __builtin_convertvector(widen_signed(row + kWidth), Vec);
   }
 };
 
@@ -69,7 +106,7 @@ struct Q4Format {
   static constexpr int64_t kRowBytes = kWidth;  // half a byte a column
   static constexpr bool kMins = true;           // w = scale * q + min
   static void decode(const uint8_t* row, Vec& w0, Vec& w1) {
-    const Ints v = __builtin_convertvector(load_as<Bytes>(row), Ints);
+    const Ints v = widen_unsigned(row);
     w0 = __builtin_convertvector(v & 15, Vec);  // columns 0 .. kWidth - 1: the low four bits
     w1 = __builtin_convertvector(v >> 4, Vec);  // columns kWidth .. kPanel - 1: the high four
   }
