@@ -38,7 +38,8 @@ LAYERS: list[tuple[str, list[str]]] = [  # bottom-up; a module may import its ow
                 "minfer.workload", "minfer.metrics"]),
     ("primitives", ["minfer.kv", "minfer.kv.block_pool", "minfer.kv.host_pool", "minfer.ops", "minfer.ops.attention",
                     "minfer.sampler"]),
-    ("kernels and model", ["minfer.ops.*", "minfer.model", "minfer.model.*", "minfer.kv.*"]),
+    ("kernels and model", ["minfer.ops.*", "minfer.model", "minfer.model.*", "minfer.kv.*", "minfer.quant",
+                           "minfer.quant.*"]),
     ("speed-ups", ["minfer.accelerate"]),  # stand-ins for the model's modules: above both the model and the kernels
     ("scheduling", ["minfer.scheduler", "minfer.scheduler.*", "minfer.detokenizer"]),
     ("executors", ["minfer.executor", "minfer.runner", "minfer.cuda_graphs", "minfer.sim", "minfer.sim.*"]),

@@ -21,16 +21,25 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from minfer.model.config import ModelConfig
 from minfer.quant.formats import GROUP, Int8Weight, Q4Weight, QuantizedWeight
 
 Q4_1_BYTES, Q8_0_BYTES = 20, 34  # bytes a block of 32 weights
+
+
+class ModelShape(Protocol):
+    """What the reader needs of a model's configuration (``minfer.model.config.ModelConfig`` has it; named here
+    rather than imported, so that this package stays below the model's)."""
+
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    tie_word_embeddings: bool
 
 
 def q4_1_rows(raw: np.ndarray) -> Q4Weight:
@@ -132,7 +141,7 @@ def quantized_tensors(path: Path) -> tuple[str, dict[str, tuple[str, np.ndarray]
     """The architecture a GGUF file names, and its Q4_1 and Q8_0 tensors: name -> (type, raw bytes
     ``[rows, blocks * block bytes]``), read from the file in place (a memory map)."""
     raw = np.memmap(path, dtype=np.uint8, mode="r")
-    c = Cursor(memoryview(raw))
+    c = Cursor(memoryview(raw.data))
     if bytes(raw[:4]) != b"GGUF":
         raise ValueError(f"{path} is not a GGUF file")
     c.at = 4
@@ -157,7 +166,7 @@ def quantized_tensors(path: Path) -> tuple[str, dict[str, tuple[str, np.ndarray]
     return str(meta.get("general.architecture")), tensors
 
 
-def read_blocks(path: Path, cfg: ModelConfig) -> dict[str, QuantizedWeight]:
+def read_blocks(path: Path, cfg: ModelShape) -> dict[str, QuantizedWeight]:
     """The Q4_1 and Q8_0 matrices of the GGUF at ``path`` as minfer's weights, keyed by minfer's parameter names
     (``layers.3.qkv_proj.weight``, ``embed_tokens.weight``, ...), each ``[in, out]``. Matrices in other formats are
     left out (the speed-up layer quantizes those itself); so is every matrix of a file that is not a Llama."""
