@@ -172,6 +172,12 @@ class QuantizedProduct(nn.Module):
             self.quantized, self.packed = self.keep(QUANTIZERS[self.format](self.in_out(weight)))
             self.source = products.weight_source(weight)
 
+    def nbytes(self) -> int:
+        """Bytes of the copy this product reads."""
+        if self.packed is not None:
+            return self.packed.nbytes()
+        return self.quantized.nbytes() if self.quantized is not None else 0
+
     def product(self, x: Tensor, bias: Tensor | None = None) -> Tensor:
         if self.packed is not None:
             return quant_linear.quantized_linear(x, self.packed, bias)

@@ -46,8 +46,8 @@ LAYERS: list[tuple[str, list[str]]] = [  # bottom-up; a module may import its ow
     ("engine", ["minfer.engine", "minfer.faults", "minfer"]),  # the package itself: the public API, exported lazily
     ("tools", ["minfer.validate", "minfer.validate.*", "minfer.baselines", "minfer.bench", "minfer.viz",
                "minfer.viz.*", "minfer.notebook", "minfer.serve", "minfer.serve.*", "minfer.loadgen",
-               "minfer.roofline", "minfer.step_time", "minfer.peers", "minfer.capstone", "minfer.exercises",
-               "minfer.exercises.*"]),
+               "minfer.roofline", "minfer.step_time", "minfer.peers", "minfer.quality", "minfer.capstone",
+               "minfer.exercises", "minfer.exercises.*"]),
 ]
 
 # The simulator is the executor that runs no model: beside the model runner, not on top of it, and under the
