@@ -47,8 +47,9 @@ def test_the_float32_weights_are_the_gguf_blocks_dequantized(real):
 
 def test_q4_agrees_with_float32_up_to_the_order_of_its_sums(real, float32_answers):
     """Same numbers, summed in another order: logits within 1e-3 of float32's over the whole held text (measured:
-    7e-5, as far as minfer's float32 kernel is from PyTorch's product), the same perplexity to 1e-4, and the same greedy answers -- allowing one of the eight to part at a
-    near-tie (a last-bit difference can flip a choice between two almost equal logits; measured: none did)."""
+    7e-5, as far as minfer's float32 kernel is from PyTorch's product), the same perplexity to 1e-4, and the same
+    greedy answers -- allowing one of the eight to part at a near-tie (a last-bit difference can flip a choice
+    between two almost equal logits; measured: none did)."""
     model, tok = real
     ids = torch.tensor(held_ids(real))
     plain, q4 = accelerate(model, weights="dtype"), accelerate(model, weights="q4", gguf=gguf_file(NAME))
