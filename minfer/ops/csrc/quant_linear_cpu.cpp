@@ -234,8 +234,9 @@ torch::Tensor product(const torch::Tensor& x, const torch::Tensor& packed, int64
         const uint8_t* panel = wp + (b * kinds + g) * panel_bytes;
         const uint8_t* next = next_b < 0 ? nullptr : wp + (next_b * kinds + g) * panel_bytes;
         float* out = gated ? products[g] : yp + r * y_cols + col;
-        tile_of<F>(n, xp + r * k_size, k_size, F::kMins ? sums.data() + r * groups : nullptr, groups, panel, k_size, group, out,
-                   gated ? kPanel : y_cols, gated ? kPanel : cols, next, i, tiles);
+        const float* row_sums = F::kMins ? sums.data() + r * groups : nullptr;
+        tile_of<F>(n, xp + r * k_size, k_size, row_sums, groups, panel, k_size, group, out, gated ? kPanel : y_cols,
+                   gated ? kPanel : cols, next, i, tiles);
       }
       if (!gated) continue;
       for (int64_t t = 0; t < n; ++t) {
