@@ -17,15 +17,21 @@ plain module              stand-in
 ``ApplyRotary``           ``CompiledRotary``: q and k rotated in place, in one pass
 ========================  ==========================================================================================
 
-``accelerate(model, linear_backend, pointwise_backend)`` decides, once, which stand-ins can run here (``"auto"``:
-every one that runs the model's dtype on its device) and returns a *copy of the model's module tree* with them in
-place. The copy shares every weight with the model, so it costs no memory but the packed copies, and the model
-itself is left as it was: several engines may share one loaded model, each with its own choice (a chapter builds a
-plain engine and a fast one from the same weights). ``describe(model)`` lists what runs where, and why.
+With ``weights="int8"`` or ``"q4"`` the products' stand-ins are ``QuantizedLinear``, ``QuantizedGateUp`` and
+``QuantizedLMHead`` instead: each multiplies an int8 or 4-bit copy of its weight (``minfer/quant/formats.py``) by
+minfer's C++ kernel, or by the PyTorch reference (dequantize, then ``x @ W``) where ``linear_backend`` is ``"torch"``
+or the kernel cannot run (``minfer/ops/quant_linear.py``). q4 takes a GGUF's own blocks where the model was converted
+from one and they are exactly its weights (``minfer/quant/gguf.py``): SmolLM2's Q4_1 layers and Q8_0 LM head.
+
+``accelerate(model, linear_backend, pointwise_backend, weights)`` decides, once, which stand-ins can run here
+(``"auto"``: every one that runs the model's dtype on its device) and returns a *copy of the model's module tree*
+with them in place. The copy shares every weight with the model, so it costs no memory but the packed copies, and
+the model itself is left as it was: several engines may share one loaded model, each with its own choice (a chapter
+builds a plain engine and a fast one from the same weights). ``describe(model)`` lists what runs where, and why.
 
 Nothing here runs per step. A packed copy remembers which weight it copies (its memory and version counter); a
 weight written after the swap (a checkpoint loaded into the model) is packed again at its next product, so a stale
-copy is never multiplied.
+copy is never multiplied (a quantized copy is quantized again, from the new weight).
 """
 
 from __future__ import annotations
@@ -33,8 +39,9 @@ from __future__ import annotations
 import copy
 import weakref
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import cast
 
 import torch
@@ -42,9 +49,11 @@ from torch import Tensor, nn
 
 from minfer.model.llama import ApplyRotary, GateUp, Linear, LlamaModel, LMHead, RMSNorm, silu_mul
 from minfer.ops import linear as products
-from minfer.ops import pointwise
+from minfer.ops import pointwise, quant_linear
 from minfer.ops.linear import PackedWeight
-from minfer.types import LinearBackendName, PointwiseBackendName
+from minfer.ops.quant_linear import PackedQuantized
+from minfer.quant.formats import Q4Weight, QuantizedWeight, quantize_int8, quantize_q4
+from minfer.types import LinearBackendName, PointwiseBackendName, WeightFormat
 
 
 # ---- the stand-ins ------------------------------------------------------------------------------------------------
@@ -134,6 +143,91 @@ class CompiledRotary(nn.Module):
         return qk
 
 
+class QuantizedProduct(nn.Module):
+    """What the quantized stand-ins share: an int8 or 4-bit copy of one weight, kept as its backend multiplies it --
+    minfer's C++ kernel (``"cpp"``, a packed copy) or the PyTorch reference (``"torch"``: dequantize, then ``x @ W``)
+    -- and quantized again if the weight is written (as ``PackedLinear`` packs again)."""
+
+    gated = False  # packed as the MLP's gate/up weight (``QuantizedGateUp``)
+
+    def __init__(self, weight: Tensor, quantized: QuantizedWeight, backend: str) -> None:
+        super().__init__()
+        self.backend, self.format = backend, quant_linear.format_of(quantized)
+        self.source = products.weight_source(weight)
+        self.quantized, self.packed = self.keep(quantized)
+
+    def keep(self, quantized: QuantizedWeight) -> tuple[QuantizedWeight | None, PackedQuantized | None]:
+        """What the backend multiplies: the kernel's packed copy (and nothing else), or the quantized weight."""
+        if self.backend == "cpp":
+            return None, quant_linear.pack_weight(quantized, self.gated)
+        return quantized, None
+
+    def in_out(self, weight: Tensor) -> Tensor:
+        """``weight`` as the product's ``[in, out]`` matrix (``Linear`` stores it so)."""
+        return weight
+
+    def refresh(self, weight: Tensor) -> None:
+        """Quantize again if ``weight`` was written since the copy was made."""
+        if self.source != products.weight_source(weight):
+            self.quantized, self.packed = self.keep(QUANTIZERS[self.format](self.in_out(weight)))
+            self.source = products.weight_source(weight)
+
+    def nbytes(self) -> int:
+        """Bytes of the copy this product reads."""
+        if self.packed is not None:
+            return self.packed.nbytes()
+        return self.quantized.nbytes() if self.quantized is not None else 0
+
+    def product(self, x: Tensor, bias: Tensor | None = None) -> Tensor:
+        if self.packed is not None:
+            return quant_linear.quantized_linear(x, self.packed, bias)
+        assert self.quantized is not None
+        return quant_linear.reference_linear(x, self.quantized, bias)
+
+
+class QuantizedLinear(QuantizedProduct):
+    """``Linear`` on a quantized copy of its weight: ``x @ W (+ b)``, up to the format's rounding."""
+
+    def __init__(self, plain: Linear, quantized: QuantizedWeight, backend: str) -> None:
+        super().__init__(plain.weight, quantized, backend)
+        self.weight, self.bias = plain.weight, plain.bias
+
+    def forward(self, x: Tensor) -> Tensor:
+        self.refresh(self.weight)
+        return self.product(x, self.bias)
+
+
+class QuantizedGateUp(QuantizedLinear):
+    """``GateUp`` on a quantized copy of its fused gate/up weight. The C++ kernel packs it gated and applies
+    ``silu(gate) * up`` to each tile, as ``PackedGateUp`` does; the reference applies ``activation`` after."""
+
+    gated = True
+
+    def __init__(self, plain: GateUp, quantized: QuantizedWeight, backend: str,
+                 activation: Callable[[Tensor], Tensor] = silu_mul) -> None:
+        super().__init__(plain, quantized, backend)
+        self.activation = activation
+
+    def forward(self, x: Tensor) -> Tensor:
+        self.refresh(self.weight)
+        return self.product(x) if self.packed is not None else self.activation(self.product(x))
+
+
+class QuantizedLMHead(QuantizedProduct):
+    """``LMHead`` on a quantized copy of the matrix it is handed (the tied embedding, ``[vocab, hidden]``, quantized
+    as the product's ``[hidden, vocab]``)."""
+
+    def in_out(self, weight: Tensor) -> Tensor:
+        return weight.t()
+
+    def forward(self, hidden: Tensor, weight: Tensor) -> Tensor:
+        self.refresh(weight)
+        return self.product(hidden).float()
+
+
+QUANTIZERS: dict[str, Callable[[Tensor], QuantizedWeight]] = {"int8": quantize_int8, "q4": quantize_q4}
+
+
 # ---- choosing, once -----------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Choice:
@@ -165,6 +259,41 @@ def choose_pointwise(requested: PointwiseBackendName, device: torch.device) -> C
     return Choice(backend, f"auto: {pointwise.problem(device.type)}")
 
 
+def choose_quantized(requested: LinearBackendName, dtype: torch.dtype, device: torch.device) -> Choice:
+    """The quantized products' kernel: minfer's C++ kernel where ``linear_backend`` allows it and it runs here, else
+    the PyTorch reference (dequantize, then ``x @ W``)."""
+    if requested == "torch":
+        return Choice("torch", "linear_backend='torch': dequantize, then x @ W")
+    why = quant_linear.cpp_problem(dtype, device)
+    if requested == "cpp":
+        if why:
+            raise ValueError(f"linear_backend='cpp' cannot multiply quantized weights here: {why}; use 'torch' or "
+                             "'auto'")
+        return Choice("cpp", "linear_backend='cpp'")
+    if requested != "auto":
+        raise ValueError(f"linear_backend={requested!r} multiplies float weights only; quantized weights run on "
+                         "'cpp', 'torch' or 'auto'")
+    if why:
+        return Choice("torch", f"auto: {why}; the reference dequantizes, then x @ W")
+    return Choice("cpp", "auto: the quantized C++ kernel runs here")
+
+
+def quantized_copy(weights: WeightFormat, name: str, in_out: Tensor, file_blocks: Mapping[str, QuantizedWeight],
+                   lm_head: bool = False) -> tuple[QuantizedWeight, str]:
+    """The product weight ``in_out`` (``[in, out]``, parameter ``name``) in the format ``weights`` names, and where
+    the copy came from: the GGUF's own blocks for it, when they are exactly this weight (a GGUF converted to float32
+    is their exact dequantization; a weight written since, or loaded in another dtype, is not), else quantized now.
+    q4 follows the GGUF's mix: 4 bits for the layers, int8 (Q8_0) for the LM head, the largest single matrix and the
+    one whose rounding every logit sees."""
+    blocks = file_blocks.get(name)
+    if blocks is not None and blocks.shape == tuple(in_out.shape) and torch.equal(blocks.dequantize(),
+                                                                                  in_out.float()):
+        kind = "Q4_1" if isinstance(blocks, Q4Weight) else "Q8_0"
+        return blocks, f"{quant_linear.format_of(blocks)}: the GGUF's own {kind} blocks"
+    quantized = (quantize_q4 if weights == "q4" and not lm_head else quantize_int8)(in_out)
+    return quantized, f"{quant_linear.format_of(quantized)}: quantized at build, groups of {quantized.group}"
+
+
 # ---- swapping -----------------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Swap:
@@ -181,17 +310,22 @@ SWAPS: weakref.WeakKeyDictionary[nn.Module, list[Swap]] = weakref.WeakKeyDiction
 
 
 def accelerate(model: LlamaModel, linear_backend: LinearBackendName = "auto",
-               pointwise_backend: PointwiseBackendName = "auto") -> LlamaModel:
-    """A copy of ``model``'s module tree, sharing its weights, with every stand-in that ``linear_backend`` and
-    ``pointwise_backend`` choose swapped in. ``model`` is left as it was. ``describe`` on the result lists the
+               pointwise_backend: PointwiseBackendName = "auto", weights: WeightFormat = "dtype",
+               gguf: Path | None = None) -> LlamaModel:
+    """A copy of ``model``'s module tree, sharing its weights, with every stand-in that ``linear_backend``,
+    ``pointwise_backend`` and ``weights`` choose swapped in. ``model`` is left as it was. ``gguf``: the file the
+    model was converted from, whose blocks ``weights="q4"`` takes as they are. ``describe`` on the result lists the
     swaps."""
-    products_choice = choose_products(linear_backend, model.dtype, model.device)
     pointwise_choice = choose_pointwise(pointwise_backend, model.device)
     fast = cast(LlamaModel, share_weights(model))
-    packing, compiled = products_choice.backend != "torch", pointwise_choice.backend == "cpp"
+    compiled = pointwise_choice.backend == "cpp"
     activation = pointwise.kernels().silu_mul if compiled else silu_mul
+    if weights != "dtype":
+        return swap_in(fast, quantized_stand_in(fast, linear_backend, weights, gguf, pointwise_choice, activation))
+    products_choice = choose_products(linear_backend, model.dtype, model.device)
+    packing = products_choice.backend != "torch"
 
-    def stand_in(module: nn.Module) -> tuple[nn.Module | None, Choice]:
+    def stand_in(name: str, module: nn.Module) -> tuple[nn.Module | None, Choice]:
         """The module to run in ``module``'s place (None: keep it), and the choice that decided."""
         if isinstance(module, GateUp):  # before Linear: a GateUp is a Linear
             if packing:
@@ -209,12 +343,50 @@ def accelerate(model: LlamaModel, linear_backend: LinearBackendName = "auto",
             return (CompiledRotary() if compiled else None), pointwise_choice
         raise TypeError(type(module).__name__)
 
+    return swap_in(fast, stand_in)
+
+
+StandIn = Callable[[str, nn.Module], tuple[nn.Module | None, Choice]]  # (name, plain module) -> (stand-in, why)
+
+
+def quantized_stand_in(fast: LlamaModel, linear_backend: LinearBackendName, weights: WeightFormat,
+                       gguf: Path | None, pointwise_choice: Choice, activation: Callable[[Tensor], Tensor]) -> StandIn:
+    """``stand_in`` for quantized weights: each product on its quantized copy (``quantized_copy``), by the kernel
+    ``choose_quantized`` picks; the norms and rotary as ``pointwise_backend`` chooses."""
+    from minfer.quant.gguf import read_blocks
+
+    kernel = choose_quantized(linear_backend, fast.dtype, fast.device)
+    file_blocks = read_blocks(gguf, fast.config) if weights == "q4" and gguf is not None else {}
+    compiled = pointwise_choice.backend == "cpp"
+
+    def stand_in(name: str, module: nn.Module) -> tuple[nn.Module | None, Choice]:
+        if isinstance(module, (RMSNorm, ApplyRotary)):
+            if not compiled:
+                return None, pointwise_choice
+            return (CompiledRMSNorm(module) if isinstance(module, RMSNorm) else CompiledRotary()), pointwise_choice
+        if isinstance(module, LMHead):
+            head = "embed_tokens.weight" if fast.lm_head is None else "lm_head.weight"
+            copy, source = quantized_copy(weights, head, fast.lm_head_weight.t(), file_blocks, lm_head=True)
+            new: nn.Module = QuantizedLMHead(fast.lm_head_weight, copy, kernel.backend)
+        elif isinstance(module, Linear):
+            copy, source = quantized_copy(weights, f"{name}.weight", module.weight, file_blocks)
+            new = (QuantizedGateUp(module, copy, kernel.backend, activation) if isinstance(module, GateUp)
+                   else QuantizedLinear(module, copy, kernel.backend))
+        else:
+            raise TypeError(type(module).__name__)
+        return new, Choice(f"{kernel.backend}, {source}", f"weights={weights!r}; {kernel.why}")
+
+    return stand_in
+
+
+def swap_in(fast: LlamaModel, stand_in: StandIn) -> LlamaModel:
+    """Put ``stand_in``'s module in place of each plain one in ``fast`` (the model's copy), and record the swaps."""
     swaps: Counter[tuple[str, str, str, str]] = Counter()
-    for parent in list(fast.modules()):
+    for parent_name, parent in list(fast.named_modules()):
         for name, child in list(parent.named_children()):
             if not isinstance(child, (Linear, LMHead, RMSNorm, ApplyRotary)):
                 continue
-            new, choice = stand_in(child)
+            new, choice = stand_in(f"{parent_name}.{name}" if parent_name else name, child)
             if new is not None:
                 setattr(parent, name, new)
             swaps[(type(child).__name__, "kept" if new is None else type(new).__name__, choice.backend,

@@ -52,7 +52,7 @@ from minfer.metrics import SLO, Summary, summarize
 from minfer.ops.backends import resolve_backend
 from minfer.ops.linear import onednn_problem, resolve_linear_backend
 from minfer.ops.pointwise import resolve_pointwise_backend
-from minfer.types import LinearBackendName
+from minfer.types import LinearBackendName, WeightFormat
 from minfer.units import ceil_div
 from minfer.workload import WorkItem, bursts, fixed_mix, load_workload, long_prompt_spike, poisson, submit, uniform_mix
 
@@ -373,6 +373,62 @@ def versions() -> dict[str, str | None]:
                                               "llama-cpp-python")}
 
 
+# ---- bytes per weight: batch-1 decode per weight format ------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class DecodeSpeed:
+    """One weight format's batch-1 decode step beside its bound: the bytes of the products' weights one step reads,
+    over this machine's read bandwidth measured in the same run."""
+
+    weights: str
+    ms_per_token: float  # median engine step of one request decoding alone (LLM()'s speed-ups)
+    weight_bytes: int
+    bound_ms: float
+
+    def line(self) -> str:
+        return (f"{self.weights:<8} {self.ms_per_token:>10.2f} {self.weight_bytes / 1e6:>10.1f} "
+                f"{self.bound_ms:>9.2f} {self.ms_per_token / self.bound_ms:>9.2f}x")
+
+
+def weights_decode(formats: Sequence[WeightFormat] = ("dtype", "int8", "q4"), model: str = "smollm2-135m",
+                   tokens: int = 32, rounds: int = 5) -> tuple[list[DecodeSpeed], float]:
+    """Batch-1 decode time of each weight format, and the read bandwidth (bytes/s) its bound is priced at. One engine
+    per format over one loaded model; the formats take turns, ``rounds`` times (a shared machine's slow spells then
+    fall on all of them), and each one's median step is reported. Each round: one request of 16 prompt tokens
+    decoding ``tokens`` tokens (EOS ignored); its first step (the prefill) is not counted."""
+    from minfer.engine import LLMEngine
+    from minfer.quality import product_bytes
+    from minfer.request import SamplingParams
+    from minfer.roofline import read_bandwidth
+
+    m, tok = cached_model(model)
+    engines = {w: LLMEngine(EngineConfig(model=model, weights=w, **OFFLINE_DEFAULTS), model=m, tokenizer=tok)
+               for w in formats}
+    params = SamplingParams(max_tokens=tokens, temperature=0, ignore_eos=True)
+    steps: dict[str, list[float]] = {w: [] for w in formats}
+    for r in range(rounds + 1):  # round 0 warms every engine up, untimed
+        for w, engine in engines.items():
+            engine.add_request(f"{w}-{r}", [100 + (7 * i + r) % 900 for i in range(16)], params)
+            engine.step()  # the prefill
+            while engine.has_unfinished_requests():
+                start = time.perf_counter()
+                engine.step()
+                if r:
+                    steps[w].append(time.perf_counter() - start)
+    bandwidth = read_bandwidth()
+    speeds = []
+    for w, engine in engines.items():
+        nbytes = product_bytes(engine.executor.model)  # type: ignore[attr-defined]  # a ModelRunner
+        speeds.append(DecodeSpeed(w, 1e3 * statistics.median(steps[w]), nbytes, 1e3 * nbytes / bandwidth))
+    return speeds, bandwidth
+
+
+def print_weights_decode(speeds: Sequence[DecodeSpeed], bandwidth: float) -> None:
+    print(f"batch-1 decode, read bandwidth {bandwidth / 1e9:.1f} GB/s (one pass over 256 MB); bound = the products' "
+          "weight bytes / bandwidth")
+    print(f"{'weights':<8} {'ms/token':>10} {'MB/step':>10} {'bound ms':>9} {'/ bound':>10}")
+    print("\n".join(s.line() for s in speeds))
+
+
 def main(argv: Sequence[str] | None = None) -> list[Result]:
     p = argparse.ArgumentParser(prog="python -m minfer.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--workload", default=None, help="mixed | uniform | poisson | burst | spike | PATH.jsonl "
@@ -405,10 +461,16 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
                    "(default: PyTorch's, every core)")
     p.add_argument("--scale", action="store_true", help="time the simulator on 10,000 requests")
     p.add_argument("--list", action="store_true", help="list the registered systems")
+    p.add_argument("--weights-decode", action="store_true", help="batch-1 decode time of each weight format "
+                   "(weights='dtype', 'int8', 'q4') beside its bytes-over-bandwidth bound")
     args = p.parse_args(argv)
 
     if args.list:
         print("\n".join(SYSTEMS))
+        return []
+    if args.weights_decode:
+        keep_freed_memory()
+        print_weights_decode(*weights_decode(rounds=args.repeat if args.repeat > 1 else 5))
         return []
     if args.scale:
         figures = scale_benchmark(args.num_requests or 10_000, seed=args.seed)

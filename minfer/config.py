@@ -24,6 +24,7 @@ from minfer.types import (
     PreemptionMode,
     ResumeRule,
     TimeoutAction,
+    WeightFormat,
     allowed,
 )
 from minfer.units import parse_bytes
@@ -38,9 +39,11 @@ DTYPES = allowed(DType)
 TIMEOUT_ACTIONS = allowed(TimeoutAction)
 PREEMPTION_MODES = allowed(PreemptionMode)
 RESUME_RULES = allowed(ResumeRule)
+WEIGHT_FORMATS = allowed(WeightFormat)
 
 __all__ = ["ADMISSIONS", "BACKENDS", "DTYPES", "EXECUTORS", "LINEAR_BACKENDS", "POINTWISE_BACKENDS", "POLICIES",
-           "PREEMPTION_MODES", "RESUME_RULES", "SPEED_UPS", "TIMEOUT_ACTIONS", "EngineConfig", "parse_bytes"]
+           "PREEMPTION_MODES", "RESUME_RULES", "SPEED_UPS", "TIMEOUT_ACTIONS", "WEIGHT_FORMATS", "EngineConfig",
+           "parse_bytes"]
 
 
 # What LLM() and the server add to EngineConfig's defaults: every speed-up that runs on this machine, swapped into
@@ -72,6 +75,10 @@ class EngineConfig:
     # LLM() and the server ask for "auto" (SPEED_UPS): whatever runs fastest here
     linear_backend: LinearBackendName = "torch"  # matrix products: "torch" (x @ W), "cpp" or "onednn" (packed, CPU)
     pointwise_backend: PointwiseBackendName = "torch"  # RMSNorm, rotary, SiLU-and-mul: "torch" or "cpp" (CPU)
+    # how the products' weights are stored (minfer.types.WeightFormat): "dtype" (as loaded), "int8" or "q4"; a
+    # quantized product runs minfer's C++ kernel where linear_backend allows it ("cpp", "auto"), else the PyTorch
+    # reference (dequantize, then x @ W)
+    weights: WeightFormat = "dtype"
     cuda_graphs: bool = True  # capture decode steps in CUDA graphs (CUDA only)
     seed: int = 0  # for requests sampled without their own seed
 
@@ -121,6 +128,7 @@ class EngineConfig:
         check.one_of("linear_backend", self.linear_backend, LINEAR_BACKENDS)
         check.one_of("pointwise_backend", self.pointwise_backend, POINTWISE_BACKENDS)
         check.one_of("dtype", self.dtype, DTYPES)
+        check.one_of("weights", self.weights, WEIGHT_FORMATS)
         check.one_of("queue_timeout_action", self.queue_timeout_action, TIMEOUT_ACTIONS)
         check.one_of("preemption_mode", self.preemption_mode, PREEMPTION_MODES)
         check.one_of("resume_rule", self.resume_rule, RESUME_RULES)
@@ -139,6 +147,9 @@ class EngineConfig:
         if self.linear_backend in ("cpp", "onednn") and self.device != "cpu":
             raise ValueError(f"linear_backend={self.linear_backend!r} packs weights for CPU kernels; on CUDA use "
                              "'torch' (or 'auto')")
+        if self.weights != "dtype" and self.linear_backend == "onednn":
+            raise ValueError(f"weights={self.weights!r} needs a kernel for quantized weights: linear_backend='cpp' "
+                             "(minfer's C++ kernel), 'torch' (the PyTorch reference) or 'auto', not 'onednn'")
         if self.pointwise_backend == "cpp" and self.device != "cpu":
             raise ValueError("pointwise_backend='cpp' is CPU kernels; on CUDA use 'torch' (or 'auto')")
         for name in ("block_size", "max_num_seqs", "chunked_prefill_size", "max_prefill_chunks_per_step"):

@@ -130,7 +130,10 @@ def build_model_executor(config: EngineConfig, model: Any = None, tokenizer: Any
     if cfg.device == "cpu":  # each step's activations reuse the last step's memory (see cpu_malloc.py)
         keep_freed_memory()
     model, tokenizer = load_weights(cfg, dtype, model, tokenizer)
-    fast = accelerate(model, cfg.linear_backend, cfg.pointwise_backend)  # a copy that shares the weights
+    from minfer.model.loader import gguf_file
+
+    gguf = gguf_file(cfg.checkpoint) if cfg.weights == "q4" else None  # the blocks q4 takes as they are
+    fast = accelerate(model, cfg.linear_backend, cfg.pointwise_backend, cfg.weights, gguf)  # shares the weights
     mcfg = model.config
     max_model_len = min(cfg.max_model_len or mcfg.max_position_embeddings, mcfg.max_position_embeddings)
     num_blocks = kv_blocks(cfg, fast, dtype, max_model_len)

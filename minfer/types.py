@@ -26,6 +26,13 @@ PointwiseBackendName = Literal["auto", "torch", "cpp"]
 float32 on the CPU) or ``onednn`` (packed once for oneDNN's CPU kernels); ``auto``: the first of ``cpp``, ``onednn``
 that runs the model's dtype on this CPU, else ``torch`` (``minfer/ops/linear.py``)."""
 DType = Literal["auto", "float32", "bfloat16", "float16"]
+WeightFormat = Literal["dtype", "int8", "q4"]
+"""How the weights of the model's matrix products are stored, which sets the bytes a decode step reads (``dtype`` is
+the other knob: the number type everything is *computed* in -- activations, KV cache, norms). ``dtype``: in the
+model's dtype, as loaded (float32 on the CPU, bfloat16 on CUDA); ``int8``: 8 bits a weight, a float16 scale per 32
+(``minfer/quant/formats.py``); ``q4``: 4 bits a weight with a scale and minimum per 32 -- the GGUF's own Q4_1 blocks
+when the model is a GGUF that has them, its LM head in int8 as that GGUF keeps it. The arithmetic stays in ``dtype``:
+bfloat16 is a dtype, not a weight format, because it changes every sum, not only the bytes of the weights."""
 TimeoutAction = Literal["finish", "promote"]
 DeviceType = Literal["cpu", "cuda"]
 PreemptionMode = Literal["recompute", "swap"]

@@ -38,15 +38,16 @@ LAYERS: list[tuple[str, list[str]]] = [  # bottom-up; a module may import its ow
                 "minfer.workload", "minfer.metrics"]),
     ("primitives", ["minfer.kv", "minfer.kv.block_pool", "minfer.kv.host_pool", "minfer.ops", "minfer.ops.attention",
                     "minfer.sampler"]),
-    ("kernels and model", ["minfer.ops.*", "minfer.model", "minfer.model.*", "minfer.kv.*"]),
+    ("kernels and model", ["minfer.ops.*", "minfer.model", "minfer.model.*", "minfer.kv.*", "minfer.quant",
+                           "minfer.quant.*"]),
     ("speed-ups", ["minfer.accelerate"]),  # stand-ins for the model's modules: above both the model and the kernels
     ("scheduling", ["minfer.scheduler", "minfer.scheduler.*", "minfer.detokenizer"]),
     ("executors", ["minfer.executor", "minfer.runner", "minfer.cuda_graphs", "minfer.sim", "minfer.sim.*"]),
     ("engine", ["minfer.engine", "minfer.faults", "minfer"]),  # the package itself: the public API, exported lazily
     ("tools", ["minfer.validate", "minfer.validate.*", "minfer.baselines", "minfer.bench", "minfer.viz",
                "minfer.viz.*", "minfer.notebook", "minfer.serve", "minfer.serve.*", "minfer.loadgen",
-               "minfer.roofline", "minfer.step_time", "minfer.peers", "minfer.capstone", "minfer.exercises",
-               "minfer.exercises.*"]),
+               "minfer.roofline", "minfer.step_time", "minfer.peers", "minfer.quality", "minfer.capstone",
+               "minfer.exercises", "minfer.exercises.*"]),
 ]
 
 # The simulator is the executor that runs no model: beside the model runner, not on top of it, and under the

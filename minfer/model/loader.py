@@ -65,6 +65,16 @@ def resolve_checkpoint(model: str | os.PathLike) -> Path:
     )
 
 
+def gguf_file(model: str | os.PathLike) -> Path | None:
+    """The GGUF file ``model`` is converted from (its quantized blocks are what ``weights="q4"`` multiplies), or
+    None for a checkpoint directory or the tiny random model."""
+    name = str(model)
+    if name == "smollm2-135m":
+        return smollm2_gguf_path()
+    path = Path(name).expanduser()
+    return path if path.suffix == ".gguf" and path.is_file() else None
+
+
 def convert_gguf(gguf: Path, out: Path) -> Path:
     """Dequantize ``gguf`` into a float32 Hugging Face checkpoint at ``out`` (once; atomic)."""
     if (out / "model.safetensors").is_file():
