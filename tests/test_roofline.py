@@ -51,6 +51,16 @@ def test_slow_memory_makes_decode_weight_bound():
     assert bound.decode_s == pytest.approx(100 * (SMOL.layer_matmul_parameters + SMOL.lm_head_parameters) * 4 / 1e9)
 
 
+def test_fewer_bytes_per_weight_lower_a_weight_bound_decode():
+    """int8 or 4-bit weights: each decode step's weight read is priced at the bytes given, the arithmetic as before."""
+    per_step = (SMOL.layer_matmul_parameters + SMOL.lm_head_parameters) * 4  # float32
+    full = workload_bound(SMOL, machine(bandwidth=1e8), [8], [101])
+    quarter = workload_bound(SMOL, machine(bandwidth=1e8), [8], [101], weight_bytes=per_step / 4)
+    assert full.decode_s == pytest.approx(100 * per_step / 1e8)
+    assert quarter.decode_s == pytest.approx(100 * per_step / 4 / 1e8)
+    assert (quarter.prefill_s, quarter.attention_s, quarter.flops) == (full.prefill_s, full.attention_s, full.flops)
+
+
 def test_more_work_takes_longer_and_faster_machines_less():
     small = workload_bound(SMOL, machine(), [100] * 4, [50] * 4).seconds
     assert workload_bound(SMOL, machine(), [100] * 8, [50] * 8).seconds > small
