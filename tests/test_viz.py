@@ -7,6 +7,7 @@ import pytest
 from conftest import tiny_engine as engine_with_checks
 from minfer import EngineConfig, LLMEngine, SamplingParams
 from minfer.kv.block_pool import BlockPool
+from minfer.request import RequestMetrics
 from minfer.trace import load_trace, save_trace
 from minfer.viz import (
     SCENARIOS,
@@ -29,6 +30,7 @@ from minfer.viz import (
     timeline_data,
 )
 from minfer.viz.blocks import CELL
+from minfer.viz.latency import latency_figure, short_duration
 from minfer.viz.style import BLOCK_RIM, CACHED_RIM
 
 SMALL = dict(block_size=4, num_blocks=16, max_num_seqs=4, chunked_prefill_size=8)  # pressure comes quickly
@@ -247,6 +249,18 @@ def test_latency_chart_holds_the_metrics(pressured):
     until = rec.trace[5].end_time
     early = latency_data(metrics, until=until)
     assert len(early.ttft) == sum(m.first_token_time <= until for m in metrics.values()) < len(ttft)
+
+
+def test_latency_titles_keep_their_width_on_a_slow_machine():
+    """Milliseconds up to a second, then seconds: a busy CPU's multi-second ITLs must not widen the title (four-digit
+    milliseconds pushed it past the chart's edge at the lecture layout's doubled font)."""
+    assert [short_duration(s) for s in (0.0054, 0.2281, 0.9994, 2.281, 35.28)] == [
+        "5 ms", "228 ms", "999 ms", "2.28 s", "35.3 s"]
+    fast, slow = (latency_figure([RequestMetrics(0.0, first_token_time=t, token_times=[t, 2 * t])])
+                  for t in (0.3141, 3.141))
+    titles = [[a["text"] for a in f["layout"]["annotations"]] for f in (fast, slow)]
+    assert titles[1] == ["TTFT: p50 3.14 s · p99 3.14 s", "ITL: p50 3.14 s · p99 3.14 s"]
+    assert [len(t) for t in titles[1]] == [len(t) for t in titles[0]], titles
 
 
 # ---- recordings on disk --------------------------------------------------------------------------

@@ -57,12 +57,19 @@ def latency_data(metrics: Metrics, ttft_slo: float | None = None, itl_slo: float
     return LatencyData(ttft=ttft, itl=itl, ttft_slo=ttft_slo, itl_slo=itl_slo)
 
 
+def short_duration(seconds: float) -> str:
+    """A latency in at most three digits and a unit: ``"228 ms"``, ``"2.28 s"``. A title keeps its width however
+    slow the machine: on a busy CPU the dashboard's ITLs reach seconds, and four-digit milliseconds pushed the
+    title past the chart's edge at the lecture layout's doubled font."""
+    return f"{seconds * 1e3:.0f} ms" if round(seconds * 1e3) < 1000 else f"{seconds:.3g} s"
+
+
 def _subtitle(name: str, values: list[float], share: float | None) -> str:
     if not values:
         return f"{name}: no data yet"
     lat = Latency.of(values)
     within = f"<br>{share:.0%} within SLO" if share is not None else ""
-    return f"{name}: p50 {lat.p50 * 1e3:.0f} ms · p99 {lat.p99 * 1e3:.0f} ms{within}"
+    return f"{name}: p50 {short_duration(lat.p50)} · p99 {short_duration(lat.p99)}{within}"
 
 
 @dataclass(slots=True)
