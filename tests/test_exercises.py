@@ -36,7 +36,7 @@ def test_every_chapter_sets_exercises():
     for e in EXERCISES:
         assert re.fullmatch(rf"E{e.chapter}\.\d+", e.id), f"{e.id} is numbered for chapter {e.chapter}"
     assert CHAPTERS[:12] == list(range(1, 13)) and 14 in CHAPTERS
-    assert {e.chapter for e in EXERCISES} == set(CHAPTERS), "an exercise of a chapter that has no notebook, or the reverse"
+    assert {e.chapter for e in EXERCISES} == set(CHAPTERS), "an exercise without its chapter, or the reverse"
     for chapter in CHAPTERS:
         mine = [e for e in EXERCISES if e.chapter == chapter]
         numbers = sorted(int(e.id.split(".")[1]) for e in mine)
