@@ -281,7 +281,7 @@ EXERCISES: tuple[Exercise, ...] = (
        difficulty=2, requires=('E14.1',)),
     _e("E14.3", 14, "4. Quality and speed, measured here", "the bound missed, and prefill unmoved",
        "int8 reads about 3.8x fewer bytes than float32. Why is its batch-1 decode less than 3.8x faster, and why "
-       "does a long prefill not get faster at all?", difficulty=2, requires=('E14.2',)),
+       "does a long prefill gain little or nothing?", difficulty=2, requires=('E14.2',)),
 )
 
 BY_ID = {e.id: e for e in EXERCISES}
