@@ -382,6 +382,21 @@ MUTANTS = [
     Mutant('E12.3 the non-streaming object name', 'E12.3', 'chunk',
            'obj = "chat.completion.chunk"', 'obj = "chat.completion"', 'chat chunk'),
     Mutant('E12.3 ends an event with one newline', 'E12.3', 'sse', '\\n\\n".encode()', '\\n".encode()', 'sse'),
+    # ---- E14.1 -----------------------------------------------------------------------------------------------
+    Mutant("E14.1 scales by the largest value, not the largest absolute value", "E14.1", "quantize_int8",
+           "g.abs().amax(dim=1)", "g.amax(dim=1)", "known inputs"),
+    Mutant("E14.1 rounds toward zero (truncates)", "E14.1", "quantize_int8",
+           ".round().clamp(-127, 127)", ".trunc().clamp(-127, 127)", "known inputs"),
+    Mutant("E14.1 one scale per column, not per group", "E14.1", "quantize_int8",
+           "g.abs().amax(dim=1)", "g.abs().amax(dim=(0, 1)).expand(g.shape[0], -1)", "weight-like matrix"),
+    Mutant("E14.1 groups along the output dimension", "E14.1", "quantize_int8",
+           "g = grouped(w, group)", "g = grouped(w.t(), group)", "known inputs",
+           more=(("q.flatten(0, 1)[: w.shape[0]]", "q.flatten(0, 1)[: w.shape[1]].t()"),)),
+    Mutant("E14.1 divides by the unrounded scale", "E14.1", "quantize_int8",
+           "divisor = scales.float()[:, None, :]", "divisor = (g.abs().amax(dim=1) / 127)[:, None, :]",
+           "weight-like matrix"),
+    Mutant("E14.1 a step of 1/128 of the largest value", "E14.1", "quantize_int8",
+           "/ 127).half()", "/ 128).half()", "known inputs"),
     # ---- E9.4 (the capstone) ---------------------------------------------------------------------------------
     Mutant("E9.4 ranks by the tokens so far", "E9.4", "CapstonePolicy.rank",
            "req.num_prompt_tokens + req.params.max_tokens,", "req.num_tokens,", "does not change"),
@@ -676,6 +691,23 @@ ALTERNATIVES = [
         'sse': """
         payload = data if isinstance(data, str) else json.dumps(data)
         return b"data: " + payload.encode() + b"\\n\\n"
+        """}),
+    Alternative("E14.1 group by group, in a loop", "E14.1", {
+        "quantize_int8": """
+        w = w.detach().float()
+        k, n = w.shape
+        groups = (k + group - 1) // group
+        q = torch.zeros(k, n, dtype=torch.int8)
+        scales = torch.zeros(groups, n, dtype=torch.float16)
+        for i in range(groups):
+            rows = w[i * group:(i + 1) * group]
+            scales[i] = (rows.abs().max(dim=0).values / 127).to(torch.float16)
+            step = scales[i].float()
+            nonzero = step > 0
+            values = torch.zeros_like(rows)
+            values[:, nonzero] = torch.round(rows[:, nonzero] / step[nonzero])
+            q[i * group:(i + 1) * group] = values.clamp(-127, 127).to(torch.int8)
+        return Int8Weight(q, scales, group)
         """}),
     Alternative("E9.4 least total work first (E9.1's keys)", "E9.4", {
         "CapstonePolicy.order": """

@@ -268,6 +268,20 @@ EXERCISES: tuple[Exercise, ...] = (
     _p("E12.4", 12, "1. Choosing a token: temperature, top-k, top-p, seeds", "what top-p keeps",
        "Eight tokens have logits 3, 2, 1, 0, -1, -2, -3, -4. With temperature 0.5 and top_p 0.9, how many of them "
        "can be sampled?", "ch12:measure_top_p_kept", difficulty=1, requires=('E12.1',)),
+    # 14 -- bytes per weight
+    _b("E14.1", 14, "2. The formats", "the int8 group quantizer",
+       "Write quantize_int8: cut w ([in, out]) into groups of `group` consecutive inputs of each output column "
+       "(grouped(w, group) gives [groups, group, out]); each group's scale is its largest absolute value over 127, "
+       "rounded to float16, and each q the nearest integer to w / scale computed with that rounded scale, in "
+       "-127..127 (an all-zero group: scale 0 and q 0). Return Int8Weight(q as int8 [in, out], scales [groups, out] "
+       "float16, group).", "ch14:check_int8_quantizer", 20, difficulty=2),
+    _p("E14.2", 14, "4. Quality and speed, measured here", "int8's decode speed-up",
+       "From the bytes a decode step reads in each format: how many times faster is a batch-1 decode step with "
+       "weights=\"int8\" than with the float32 weights, on this machine?", "ch14:measure_int8_speedup",
+       difficulty=2, requires=('E14.1',)),
+    _e("E14.3", 14, "4. Quality and speed, measured here", "the bound missed, and prefill unmoved",
+       "int8 reads about 3.8x fewer bytes than float32. Why is its batch-1 decode less than 3.8x faster, and why "
+       "does a long prefill gain little or nothing?", difficulty=2, requires=('E14.2',)),
 )
 
 BY_ID = {e.id: e for e in EXERCISES}

@@ -100,11 +100,13 @@ def quantize_int8(w: Tensor, group: int = GROUP) -> Int8Weight:
     """``w`` (``[in, out]``) in symmetric int8, one scale per ``group`` inputs of each output: ``scale`` is the
     group's largest absolute value over 127, rounded to float16, and each ``q`` the nearest integer to
     ``w / scale`` (computed with the rounded scale, so that the stored pair is as close to ``w`` as it can be)."""
-    g = grouped(w, group)
-    scales = (g.abs().amax(dim=1) / 127).half()
+    # BEGIN EXERCISE E14.1
+    g = grouped(w, group)  # [groups, group, out]: each group's weights along dim 1
+    scales = (g.abs().amax(dim=1) / 127).half()  # [groups, out]
     divisor = scales.float()[:, None, :]
-    q = torch.where(divisor > 0, g / divisor, 0.0).round().clamp(-127, 127)
+    q = torch.where(divisor > 0, g / divisor, 0.0).round().clamp(-127, 127)  # an all-zero group: scale 0, q 0
     return Int8Weight(q.flatten(0, 1)[: w.shape[0]].to(torch.int8), scales, group)
+    # END EXERCISE
 
 
 def quantize_q4(w: Tensor, group: int = GROUP) -> Q4Weight:
