@@ -372,10 +372,11 @@ def build_workload(args: argparse.Namespace) -> list[WorkItem]:
     return load_workload(kind)
 
 
-def measure_roofline(workload: list[WorkItem], model: str = "smollm2-135m",
-                     streams: Streams = Streams()) -> tuple[Any, Any]:
-    """This machine's roofline at ``model``'s shapes in ``streams.dtype``, and ``workload``'s least time on it
-    (``minfer.roofline``) with each decode step reading the products' weights as ``streams`` stores them."""
+def measure_roofline(workload: list[WorkItem], model: str = "smollm2-135m", streams: Streams = Streams(),
+                     machine: Any = None) -> tuple[Any, Any]:
+    """This machine's roofline at ``model``'s shapes in ``streams.dtype`` (``machine``: one already measured in that
+    dtype, reused), and ``workload``'s least time on it (``minfer.roofline``) with each decode step reading the
+    products' weights as ``streams`` stores them."""
     from minfer.quality import weight_bytes
     from minfer.roofline import measure, workload_bound
     from minfer.sim.models import ModelSpec
@@ -384,8 +385,8 @@ def measure_roofline(workload: list[WorkItem], model: str = "smollm2-135m",
     # prompt tokens priced at the rate of LLM()'s largest step (vLLM's LLM takes 4,096-token steps: the rate is flat
     # by then)
     largest_step = OFFLINE_DEFAULTS["chunked_prefill_size"]
-    machine = measure(config, decode_rows=min(len(workload), 256), dtype=getattr(torch, streams.dtype),
-                      prefill_rows=largest_step)
+    machine = machine or measure(config, decode_rows=min(len(workload), 256), dtype=getattr(torch, streams.dtype),
+                                 prefill_rows=largest_step)
     nbytes = None if streams.weights == "dtype" else weight_bytes(model, streams.dtype, streams.weights)
     bound = workload_bound(ModelSpec(model, config), machine, [w.prompt_len for w in workload],
                            [w.output_len for w in workload], weight_bytes=nbytes)
@@ -555,8 +556,11 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     rooflines: dict[Streams, tuple[Any, Any]] = {}
     real = not args.sim and (args.model or "smollm2-135m") == "smollm2-135m"
     if real and not args.no_roofline:
+        machines: dict[str, Any] = {}  # the machine measured once per dtype; each format priced on it
         for kind in dict.fromkeys(streams.get(name, Streams()) for name in runners):  # each pricing once, in order
-            machine, bound = rooflines[kind] = measure_roofline(workload, streams=kind)
+            machine, bound = rooflines[kind] = measure_roofline(workload, streams=kind,
+                                                                machine=machines.get(kind.dtype))
+            machines[kind.dtype] = machine
             print(f"roofline of this machine in {kind.dtype}: {machine.describe()}\nthe workload's roofline time "
                   f"({kind.label()}): {bound.seconds:.1f} s (prefill {bound.prefill_s:.1f}, decode "
                   f"{bound.decode_s:.1f}, decode attention {bound.attention_s:.1f})")

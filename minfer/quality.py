@@ -112,10 +112,13 @@ def product_bytes(fast: LlamaModel) -> int:
 def weight_bytes(name: str = "smollm2-135m", dtype: str = "float32", weights: WeightFormat = "dtype") -> int:
     """What one decode step of ``LLM(name, dtype=dtype, weights=weights)`` reads of the products' weights on the
     CPU: ``product_bytes`` of the model the speed-up layer builds for it (a benchmark prices a row's roofline so)."""
-    model, _ = load_model_cached(name, "cpu", getattr(torch, dtype))
-    fast = accelerate(model, SPEED_UPS["linear_backend"], SPEED_UPS["pointwise_backend"],  # type: ignore[arg-type]
+    return product_bytes(accelerated(load_model_cached(name, "cpu", getattr(torch, dtype))[0], name, weights))
+
+
+def accelerated(model: LlamaModel, name: str, weights: WeightFormat) -> LlamaModel:
+    """``model`` with ``LLM()``'s speed-ups and ``weights``' copies swapped in, as an engine of ``name`` builds it."""
+    return accelerate(model, SPEED_UPS["linear_backend"], SPEED_UPS["pointwise_backend"],  # type: ignore[arg-type]
                       weights, gguf_file(name) if weights == "q4" else None)
-    return product_bytes(fast)
 
 
 def measure(name: str = "smollm2-135m", formats: Sequence[WeightFormat] = FORMATS, prompts: Sequence[str] = PROMPTS,
@@ -129,8 +132,7 @@ def measure(name: str = "smollm2-135m", formats: Sequence[WeightFormat] = FORMAT
     for weights in formats:
         answers = reference if weights == "dtype" else greedy_answers(model, tokenizer, name, weights, prompts,
                                                                       max_tokens)
-        fast = accelerate(model, SPEED_UPS["linear_backend"], SPEED_UPS["pointwise_backend"],  # type: ignore[arg-type]
-                          weights, gguf_file(name) if weights == "q4" else None)
+        fast = accelerated(model, name, weights)
         results.append(Quality(weights, agreement(reference, answers), perplexity(fast, ids), product_bytes(fast)))
     return results
 

@@ -174,11 +174,13 @@ def test_roofline_column_and_json_record_versions_and_bound(tmp_path, capsys, mo
     from minfer.bench import Streams
     from minfer.roofline import MachineRoofline, WorkloadBound
 
-    machine = MachineRoofline(1e11, 5e10, 3, 1e10, threads=2)
+    float32 = MachineRoofline(1e11, 5e10, 3, 1e10, threads=2)
     priced: list[Streams] = []
 
-    def measure(workload, streams):
+    def measure(workload, streams, machine=None):
+        assert (machine is float32) == (streams.weights != "dtype"), "float32's machine is measured once, then reused"
         priced.append(streams)
+        machine = float32
         decode = 0.5 if streams.weights == "dtype" else 0.1  # 4-bit weights: a fifth of the bytes to read
         return machine, WorkloadBound(prefill_s=1.0, decode_s=decode, attention_s=0.5, flops=1e12, bytes=1e10)
 
