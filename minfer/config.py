@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Protocol
 
 from minfer import input_checks as check
+from minfer.spec.config import SpeculativeConfig
 from minfer.types import (
     AdmissionMode,
     BackendName,
@@ -113,6 +114,10 @@ class EngineConfig:
     ttft_slo: float | None = None  # shed waiting requests that can no longer reach their first token in time
     enable_prefix_caching: bool = False
 
+    # speculative decoding (minfer/spec, chapter 13): None (off), or vLLM's dict such as {"method": "ngram",
+    # "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}; kept as a SpeculativeConfig
+    speculative_config: SpeculativeConfig | dict | None = None
+
     record_trace: bool = True  # keep a StepTrace per step (turn off for very long simulations)
     debug_checks: bool = False  # check scheduler and pool invariants after every step (tests, notebooks)
     # bounded memory for a long-running engine (a server): keep only the most recent finished requests
@@ -132,6 +137,7 @@ class EngineConfig:
         check.one_of("queue_timeout_action", self.queue_timeout_action, TIMEOUT_ACTIONS)
         check.one_of("preemption_mode", self.preemption_mode, PREEMPTION_MODES)
         check.one_of("resume_rule", self.resume_rule, RESUME_RULES)
+        self.speculative_config = SpeculativeConfig.parse(self.speculative_config)
         for name in ("cuda_graphs", "enable_chunked_prefill", "priority_preemption", "enable_prefix_caching",
                      "record_trace", "debug_checks"):
             check.boolean(name, getattr(self, name))
@@ -184,6 +190,12 @@ class EngineConfig:
             raise ValueError(f"executor={self.executor!r} loads weights: model must name a checkpoint, got a "
                              f"{type(self.model).__name__} (model specs are for executor='sim')")
         return self.model
+
+    @property
+    def speculative(self) -> SpeculativeConfig | None:
+        """``speculative_config`` as checked (``__post_init__`` made a dict into a ``SpeculativeConfig``)."""
+        spec = self.speculative_config
+        return spec if isinstance(spec, SpeculativeConfig) else SpeculativeConfig.parse(spec)
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:

@@ -197,7 +197,7 @@ class LLMEngine:
         t2 = time.perf_counter()
         # tokens exist once the forward pass is done: on the modelled clock, or the measured one
         done = start + (result.duration if result.duration is not None else t2 - t0)
-        checks = sched.update(out, result.sampled, done)
+        checks = sched.update(out, result.sampled, done, result.accepted)
         for req, why in failed.items():
             sched.finish(req, "error", why, done)
         outputs = self._finish_and_report(checks, out.finished + list(failed), done)
@@ -207,7 +207,8 @@ class LLMEngine:
         sched.observe_step(out, duration)
         ended, joined = sched.take_log()
         if self.config.record_trace:
-            self.trace.append(self._trace(out, outputs, start, duration, (t1 - t0) + (t3 - t2), ended, joined))
+            self.trace.append(self._trace(out, result, outputs, start, duration, (t1 - t0) + (t3 - t2), ended,
+                                          joined))
             _keep_last(self.trace, self.config.trace_window)
         if self.config.debug_checks:
             sched.check_invariants()
@@ -219,26 +220,48 @@ class LLMEngine:
         ended without one (refused, timed out, aborted, failed). Finished requests move to ``self.finished``."""
         outputs = []
         detok = self.detokenizer
-        for req, reason, why in checks:
+        for req, reason, why, got in checks:
             new_text = ""
             if detok is not None and (self._stream or req.params.stop or reason):  # run(): decode once, at the end
+                before = req.num_output_tokens - got
                 try:
-                    update = detok.update(req, reason)
+                    new_text, stop = self._new_text(detok, req, reason, got, now)
                 except Exception as e:  # a tokenizer failing on one request's tokens fails that request only
                     reason, why = "error", failure(req, e)
                 else:
-                    new_text = update.new_text
-                    if update.stop is not None:  # a stop string, even one the last allowed token completed
-                        reason, why = "stop", update.stop
+                    if stop is not None:  # a stop string, even one the last allowed token completed
+                        reason, why = "stop", stop
+                        got = req.num_output_tokens - before  # the tokens after it are gone
             if reason is not None:
                 self.scheduler.finish(req, reason, why, now)
             if self._stream or req.is_finished:
-                outputs.append(self._output(req, [req.output_token_ids[-1]], new_text))
+                outputs.append(self._output(req, req.output_token_ids[-got:] if got else [], new_text))
         for req in ended + self._ended_between_steps:
             new_text = detok.update(req, req.finish_reason).new_text if detok is not None else ""
             outputs.append(self._output(req, [], new_text))
         self._ended_between_steps = []
         return outputs
+
+    @staticmethod
+    def _new_text(detok: Detokenizer, req: Request, reason: str | None, got: int, now: float) -> tuple[str, str | None]:
+        """The settled text of ``req``'s ``got`` new tokens, and the stop string they complete, if any. Several
+        tokens in one step (speculative decoding) are taken one at a time when stop strings are set, so that the
+        request ends at the token that completed one -- the same tokens as without speculation; those after it
+        are dropped."""
+        if got == 1 or not req.params.stop:
+            update = detok.update(req, reason)  # type: ignore[arg-type]
+            return update.new_text, update.stop
+        tail = req.output_token_ids[-got:]
+        req.truncate_output(req.num_output_tokens - got)
+        text = ""
+        for i, token in enumerate(tail):
+            req.append_token(token)
+            req.metrics.token_times.append(now)
+            update = detok.update(req, reason if i == got - 1 else None)  # type: ignore[arg-type]
+            text += update.new_text
+            if update.stop is not None:
+                return text, update.stop
+        return text, None
 
     def _output(self, req: Request, new_ids: list[int], new_text: str) -> RequestOutput:
         finished = req.is_finished
@@ -253,8 +276,8 @@ class LLMEngine:
             finished=finished, metrics=req.metrics, new_token_ids=new_ids, new_text=new_text,
         )
 
-    def _trace(self, out: SchedulerOutput, outputs: list[RequestOutput], start: float, duration: float,
-               sched_time: float, ended: list[Ended], joined: list[Request]) -> StepTrace:
+    def _trace(self, out: SchedulerOutput, result: ModelOutput, outputs: list[RequestOutput], start: float,
+               duration: float, sched_time: float, ended: list[Ended], joined: list[Request]) -> StepTrace:
         prefill: dict[str, int] = {}
         decode: dict[str, int] = {}
         positions: dict[str, int] = {}
@@ -280,6 +303,7 @@ class LLMEngine:
             swapped_in={rid: len(c) for rid, c in out.swap_in.items()},
             swap_bytes=self.kv_block_bytes * sum(map(len, [*out.swap_out.values(), *out.swap_in.values()])),
             num_swapped_blocks=self.host_pool.num_used_blocks,
+            draft_tokens=dict(result.proposed), accepted_tokens={r: len(a) for r, a in result.accepted.items()},
         )
 
     # ---- conveniences ----------------------------------------------------------------------------

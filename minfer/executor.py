@@ -34,12 +34,17 @@ class ModelOutput:
 
     sampled: dict[str, int] = field(default_factory=dict)  # request id → its next token
     duration: float | None = None  # modelled seconds (simulator); None: the engine measures the wall clock
+    # speculative decoding (a chunk with lookahead): the guesses each request verified, and those it kept -- its
+    # new tokens are the kept guesses, then its sampled token
+    proposed: dict[str, int] = field(default_factory=dict)  # request id → guesses verified this step
+    accepted: dict[str, list[int]] = field(default_factory=dict)  # request id → guesses kept, in order
 
 
 class Executor(Protocol):
     def execute(self, out: SchedulerOutput) -> ModelOutput:
         """Make the step's KV block copies (swap-outs, then swap-ins), then compute its chunks; sample a token
-        for every chunk that reaches its request's last token."""
+        for every chunk that reaches its request's last token. A decode with lookahead slots may first guess up to
+        that many tokens and verify them in the same pass (speculative decoding)."""
         ...
 
 

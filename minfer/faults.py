@@ -72,6 +72,8 @@ def execute_isolating_faults(executor: Executor, out: SchedulerOutput) -> tuple[
             run(chunks[len(chunks) // 2 :])
             return
         merged.sampled.update(r.sampled)
+        merged.accepted.update(r.accepted)
+        merged.proposed.update(r.proposed)
         durations.append(r.duration)
 
     # the halves carry no KV block copies: the first attempt made them before its forward pass failed

@@ -6,6 +6,8 @@ a simulated one are measured by the very same code -- and the benchmark harness 
 * TTFT: arrival → first output token (queueing + prefill).     * ITL: gap between consecutive tokens.
 * TPOT: mean ITL of one request.                                 * e2e: arrival → finished.
 * Goodput: requests (and their output tokens) per second that met *every* SLO given.
+
+Speculative decoding has its own figures, from the step records (``SpecDecodeStats``): guesses verified and kept.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from minfer.request import Request
+from minfer.trace import StepTrace
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -144,3 +147,32 @@ def jain_fairness(shares: Iterable[float]) -> float:
     xs = list(shares)
     sq = sum(x * x for x in xs)
     return (sum(xs) ** 2) / (len(xs) * sq) if sq else 1.0
+
+
+@dataclass(slots=True, frozen=True)
+class SpecDecodeStats:
+    """Speculative decoding over some steps, in vLLM's terms: a *draft* is one request's guesses in one step."""
+
+    num_drafts: int  # (request, step) pairs that verified at least one guess
+    num_draft_tokens: int  # guesses verified
+    num_accepted_tokens: int  # guesses kept
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Share of guesses kept."""
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """Tokens a speculating request gets per step: its kept guesses plus the one token it always gets."""
+        return 1 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else 1.0
+
+    @classmethod
+    def of(cls, trace: Iterable[StepTrace]) -> SpecDecodeStats:
+        """The totals of a run's step records."""
+        drafts = drafted = kept = 0
+        for t in trace:
+            drafts += sum(1 for n in t.draft_tokens.values() if n)
+            drafted += sum(t.draft_tokens.values())
+            kept += sum(t.accepted_tokens.values())
+        return cls(drafts, drafted, kept)

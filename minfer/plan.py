@@ -35,6 +35,9 @@ class ScheduledChunk:
     num_tokens: int
     is_decode: bool  # one token, the one sampled last step (else: a prompt chunk, or a recompute)
     block_table: list[int]  # the request's KV blocks in token order (the pool's list: read it in this step only)
+    # speculative decoding: slots reserved after a decode's token for up to this many guesses, which the executor
+    # proposes and verifies in the same pass (``minfer.spec``); 0: a plain decode, or not a decode
+    lookahead: int = 0
 
     @property
     def samples(self) -> bool:
@@ -82,9 +85,12 @@ class StepBudget:
     @classmethod
     def from_config(cls, config: EngineConfig, max_model_len: int) -> StepBudget:
         """A whole step's budgets, the one place they come from. Unchunked, a whole prompt is one step's prompt
-        budget; the token budget defaults to a full prompt budget plus one decode per sequence."""
+        budget; the token budget defaults to a full prompt budget plus one decode per sequence (and its guesses,
+        with speculative decoding)."""
         prompt = config.chunked_prefill_size if config.enable_chunked_prefill else max_model_len
-        tokens = config.max_num_batched_tokens or prompt + config.max_num_seqs
+        spec = config.speculative
+        per_seq = 1 + (spec.num_speculative_tokens if spec is not None else 0)  # a decode, and its guesses
+        tokens = config.max_num_batched_tokens or prompt + config.max_num_seqs * per_seq
         return cls(tokens, prompt, config.max_prefill_chunks_per_step)
 
     def prefill_chunk(self, remaining: int) -> int:

@@ -163,6 +163,12 @@ class Request:
         self.output_token_ids.append(token)
         self.num_tokens += 1
 
+    def truncate_output(self, length: int) -> None:
+        """Keep only the first ``length`` output tokens (and their times): the engine re-reads a step's several new
+        tokens one at a time (speculative decoding), to stop at the one that completes a stop string."""
+        del self.output_token_ids[length:], self.metrics.token_times[length:]
+        self.num_tokens = len(self.prompt_token_ids) + len(self.output_token_ids)
+
     @property
     def num_prompt_tokens(self) -> int:
         return len(self.prompt_token_ids)

@@ -12,6 +12,10 @@ mid-prompt chunk samples nothing. Everything comes from the ``SchedulerOutput``:
 request's block table, so the runner never asks the block pool. Before the forward pass it makes the step's KV
 block copies (swap preemption): swap-outs first, since a device block one frees may be refilled in this step.
 
+With speculative decoding a decode may come with lookahead slots: the runner asks its proposer for guesses
+(``minfer.spec``), appends them to the decode's token -- a short query, like a prompt chunk's -- computes logits at
+the token and at every guess, and keeps the guesses the target model agrees with (``spec/verify.py``).
+
 ``build_model_executor`` builds it in three named steps -- load the model (``load_weights``), swap in the speed-ups
 that this machine runs (``minfer/accelerate.py``, once), size and allocate the paged KV cache (``kv_blocks``) -- and
 returns the runner in an ``ExecutorSetup`` (the simulator's counterpart is ``sim/executor.py``).
@@ -20,6 +24,7 @@ returns the runner in an ``ExecutorSetup`` (the simulator's counterpart is ``sim
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,9 +36,22 @@ from minfer.executor import ExecutorSetup, ModelOutput, num_swap_blocks
 from minfer.kv.cache import PagedKVCache
 from minfer.model.llama import LlamaModel
 from minfer.ops.attention import AttentionMetadata
-from minfer.plan import ScheduledChunk, SchedulerOutput, StepBudget
+from minfer.plan import SchedulerOutput, StepBudget
+from minfer.request import Request
 from minfer.sampler import sample
+from minfer.spec import Proposer, make_proposer
+from minfer.spec.verify import verify
 from minfer.units import parse_bytes
+
+
+@dataclass(slots=True)
+class Query:
+    """What one request computes in a forward pass: ``token_ids`` at positions ``start, start + 1, ...``, their K/V
+    stored through its ``block_table``."""
+
+    token_ids: list[int]
+    start: int
+    block_table: list[int]
 
 
 class ModelRunner:
@@ -41,37 +59,38 @@ class ModelRunner:
         self.model, self.kv_cache = model, kv_cache  # the model as the engine runs it (accelerated or plain)
         self.device = model.device
         self.generator = torch.Generator().manual_seed(seed)
+        self.proposer: Proposer | None = None  # speculative decoding's guesses (minfer.spec); None: off
         # forward(input_ids, positions, meta) -> hidden; the CUDA path swaps in a graph-replaying version
         self.forward: Callable[[Tensor, Tensor, AttentionMetadata], Tensor] = self.eager_forward
 
     def eager_forward(self, input_ids: Tensor, positions: Tensor, meta: AttentionMetadata) -> Tensor:
         return self.model(input_ids, positions, self.kv_cache.attention(meta))
 
-    def prepare(self, chunks: list[ScheduledChunk]) -> tuple[Tensor, Tensor, AttentionMetadata]:
-        """Flat token ids and positions, and the attention metadata, for ``chunks`` in the given order."""
+    def prepare(self, queries: list[Query], num_decodes: int) -> tuple[Tensor, Tensor, AttentionMetadata]:
+        """Flat token ids and positions, and the attention metadata, for ``queries`` in the given order (the first
+        ``num_decodes`` are one-token decodes)."""
         bs = self.kv_cache.block_size
-        tables = [c.block_table for c in chunks]
-        query_lens = np.fromiter((c.num_tokens for c in chunks), dtype=np.int64, count=len(chunks))
-        starts = np.fromiter((c.start for c in chunks), dtype=np.int64, count=len(chunks))
-        query_start_loc = np.zeros(len(chunks) + 1, dtype=np.int64)
+        tables = [q.block_table for q in queries]
+        query_lens = np.fromiter((len(q.token_ids) for q in queries), dtype=np.int64, count=len(queries))
+        starts = np.fromiter((q.start for q in queries), dtype=np.int64, count=len(queries))
+        query_start_loc = np.zeros(len(queries) + 1, dtype=np.int64)
         np.cumsum(query_lens, out=query_start_loc[1:])
         seq_lens = starts + query_lens
-        # each token's position: its chunk's start plus its offset inside the chunk
-        owner = np.repeat(np.arange(len(chunks)), query_lens)
+        # each token's position: its query's start plus its offset inside the query
+        owner = np.repeat(np.arange(len(queries)), query_lens)
         positions = starts[owner] + np.arange(int(query_start_loc[-1])) - query_start_loc[owner]
-        block_tables = np.zeros((len(chunks), max(map(len, tables))), dtype=np.int64)
+        block_tables = np.zeros((len(queries), max(map(len, tables))), dtype=np.int64)
         for i, t in enumerate(tables):
             block_tables[i, : len(t)] = t
         slot_mapping = block_tables[owner, positions // bs] * bs + positions % bs
-        ids = [t for c in chunks for t in c.request.token_ids(c.start, c.start + c.num_tokens)]
+        ids = [t for q in queries for t in q.token_ids]
 
         def to(x: np.ndarray | list, dtype: torch.dtype = torch.long) -> Tensor:
             return torch.as_tensor(x, dtype=dtype).to(self.device, non_blocking=True)
 
         meta = AttentionMetadata(
             slot_mapping=to(slot_mapping), query_start_loc=to(query_start_loc), seq_lens=to(seq_lens),
-            block_tables=to(block_tables, torch.int32),
-            num_decodes=sum(c.is_decode for c in chunks),  # the decodes, all at the front
+            block_tables=to(block_tables, torch.int32), num_decodes=num_decodes,
             max_query_len=int(query_lens.max()), max_seq_len=int(seq_lens.max()),
         )
         return to(ids), to(positions), meta
@@ -90,18 +109,46 @@ class ModelRunner:
             self.kv_cache.swap_in(copies)
         if not out.chunks:
             return ModelOutput()
-        # decodes first, longest context first: the reference attention batches them
-        chunks = sorted(out.chunks, key=lambda c: (not c.is_decode, -c.start))
-        input_ids, positions, meta = self.prepare(chunks)
+        # speculative decoding: guesses for the decodes that have lookahead slots, verified in this same pass
+        speculating = [c for c in out.chunks if c.lookahead]
+        guesses = self.proposer.propose(speculating) if speculating and self.proposer is not None else {}
+        queries = {c.request.request_id: Query(c.request.token_ids(c.start, c.start + c.num_tokens)
+                                               + guesses.get(c.request.request_id, []), c.start, c.block_table)
+                   for c in out.chunks}
+        # one-token decodes first, longest context first (the reference attention batches them); a decode with
+        # guesses is a short query like a prompt chunk's
+        chunks = sorted(out.chunks, key=lambda c: (len(queries[c.request.request_id].token_ids) > 1, -c.start))
+        num_decodes = sum(len(queries[c.request.request_id].token_ids) == 1 and c.is_decode for c in chunks)
+        input_ids, positions, meta = self.prepare([queries[c.request.request_id] for c in chunks], num_decodes)
         hidden = self.forward(input_ids, positions, meta)
-        rows = [i for i, c in enumerate(chunks) if c.samples]
+        # logits at each sampling chunk's last token, and at each of its guesses
+        rows: list[int] = []
+        owners: list[tuple[Request, int]] = []  # each sampling request, and its rows of logits
+        for i, c in enumerate(chunks):
+            if c.samples:
+                n = 1 + len(guesses.get(c.request.request_id, ()))
+                end = int(meta.query_start_loc[i + 1])
+                rows.extend(range(end - n, end))
+                owners.append((c.request, n))
         if not rows:
             return ModelOutput()
-        last = meta.query_start_loc[1:][torch.tensor(rows, device=self.device)] - 1
-        logits = self.model.compute_logits(hidden[last])
-        reqs = [chunks[i].request for i in rows]
-        tokens = sample(logits, [r.params for r in reqs], [r.generator for r in reqs], self.generator)
-        return ModelOutput({r.request_id: t for r, t in zip(reqs, tokens)})
+        logits = self.model.compute_logits(hidden[torch.tensor(rows, device=self.device)])
+        result, at = ModelOutput(), 0
+        plain = []  # (row, request): one token each, sampled together
+        for req, n in owners:
+            if n == 1:
+                plain.append((at, req))
+            else:
+                rid = req.request_id
+                tokens = verify(logits[at:at + n], guesses[rid], req.params, req.generator or self.generator)
+                result.proposed[rid], result.accepted[rid], result.sampled[rid] = n - 1, tokens[:-1], tokens[-1]
+            at += n
+        if plain:
+            reqs = [r for _, r in plain]
+            picked = sample(logits[[i for i, _ in plain]], [r.params for r in reqs], [r.generator for r in reqs],
+                            self.generator)
+            result.sampled.update((r.request_id, t) for r, t in zip(reqs, picked))
+        return result
 
 
 def resolve_dtype(dtype: str, device: str) -> torch.dtype:
@@ -141,6 +188,8 @@ def build_model_executor(config: EngineConfig, model: Any = None, tokenizer: Any
     swap_blocks = num_swap_blocks(cfg, block_bytes)
     kv_cache = PagedKVCache(mcfg, num_blocks, cfg.block_size, dtype, cfg.device, ops, num_host_blocks=swap_blocks)
     runner = ModelRunner(fast, kv_cache, seed=cfg.seed)
+    if cfg.speculative is not None:
+        runner.proposer = make_proposer(cfg.speculative, runner)
     if cfg.device.startswith("cuda") and cfg.cuda_graphs:
         from minfer.cuda_graphs import enable_cuda_graphs
 

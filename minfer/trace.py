@@ -48,6 +48,9 @@ class StepTrace:
     swapped_in: dict[str, int] = field(default_factory=dict)  # request id → KV blocks copied back from host memory
     swap_bytes: int = 0  # bytes those copies moved over the host link, both directions together
     num_swapped_blocks: int = 0  # host blocks holding swapped-out K/V after the step
+    # speculative decoding: request id → guessed tokens it verified this step, and how many of them it kept
+    draft_tokens: dict[str, int] = field(default_factory=dict)
+    accepted_tokens: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StepTrace:

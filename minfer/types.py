@@ -33,6 +33,11 @@ model's dtype, as loaded (float32 on the CPU, bfloat16 on CUDA); ``int8``: 8 bit
 (``minfer/quant/formats.py``); ``q4``: 4 bits a weight with a scale and minimum per 32 -- the GGUF's own Q4_1 blocks
 when the model is a GGUF that has them, its LM head in int8 as that GGUF keeps it. The arithmetic stays in ``dtype``:
 bfloat16 is a dtype, not a weight format, because it changes every sum, not only the bytes of the weights."""
+SpeculativeMethod = Literal["ngram", "early_exit"]
+"""Where speculative decoding's guesses come from (``minfer/spec``). ``ngram``: prompt lookup -- the tokens that
+followed the latest earlier occurrence of the text's last few tokens; ``early_exit``: the model's own first
+layers, then its final norm and LM head (self-speculation): a draft model that shares the target's weights and
+KV cache."""
 TimeoutAction = Literal["finish", "promote"]
 DeviceType = Literal["cpu", "cuda"]
 PreemptionMode = Literal["recompute", "swap"]

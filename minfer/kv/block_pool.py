@@ -157,6 +157,16 @@ class BlockPool:
                                  f"but only {len(self.free_queue)} are free")
         return blocks
 
+    def rollback_slots(self, owner: str, num_tokens: int) -> None:
+        """Shrink ``owner`` back to its first ``num_tokens`` slots: speculative decoding's rejected guesses, whose K/V
+        were computed after a wrong token. The blocks stay in its table, for the next steps' tokens to fill (vLLM
+        keeps them too); none of the dropped slots was in a hashed block -- hashing stops at computed tokens."""
+        if not 0 <= num_tokens <= self.num_tokens[owner]:
+            raise BlockPoolError(f"{owner!r} holds {self.num_tokens[owner]} slots: cannot roll back to {num_tokens}")
+        if num_tokens < self.num_hashed[owner] * self.block_size:
+            raise BlockPoolError(f"{owner!r}: rolling back to {num_tokens} slots would cut into a hashed block")
+        self.num_tokens[owner] = num_tokens
+
     def free(self, owner: str) -> None:
         """Give back every block of ``owner``. The tail goes to the free list first, so that when cached
         blocks are evicted, a prompt's last blocks go before its first (which more requests share)."""

@@ -60,7 +60,8 @@ from minfer.scheduler.policies import make_policy
 from minfer.scheduler.shedding import DrainRate, expired_requests
 from minfer.types import FinishReason
 
-StopCheck = tuple[Request, FinishReason | None, str | int | None]  # a request that got a token; why to stop
+# a request that got tokens; why to stop (None: go on), and the stop's detail; how many tokens it got this step
+StopCheck = tuple[Request, FinishReason | None, str | int | None, int]
 
 
 class Scheduler:
@@ -140,6 +141,8 @@ class Scheduler:
         short_of_memory = self._schedule_running(budget, out)
         if not short_of_memory:
             self._schedule_waiting(budget, now, out)
+            if cfg.speculative is not None:
+                self._reserve_lookahead(cfg.speculative.num_speculative_tokens, budget, out)
         elif (head := self.policy.peek()) is not None:  # memory is short: admitting more would only preempt again
             out.decisions.append(NotAdmitted(head.request_id, "step_preempted"))
         self._record_chunks(budget, out)
@@ -207,6 +210,24 @@ class Scheduler:
             out.chunks.append(ScheduledChunk(req, req.num_computed_tokens, n, False, self.pool.table(req.request_id)))
             self.policy.on_scheduled(req, n)
             budget.spend(n, decode=False)
+
+    def _reserve_lookahead(self, k: int, budget: StepBudget, out: SchedulerOutput) -> None:
+        """Speculative decoding: slots for up to ``k`` guesses after each decode's token, in rank order, from what
+        the step's token budget and the pool's free blocks have left -- a guess never preempts anyone and never
+        shrinks a prompt's chunk. No guess past the request's ``max_tokens`` or the model's length: a step yields
+        at most ``lookahead + 1`` tokens."""
+        pool, bs = self.pool, self.block_size
+        for c in out.chunks:
+            if not c.is_decode:
+                continue
+            req, rid = c.request, c.request.request_id
+            room = (len(pool.table(rid)) + pool.num_free_blocks) * bs - pool.num_tokens[rid]  # slots without preempting
+            n = min(k, budget.tokens, room, req.params.max_tokens - req.num_output_tokens - 1,
+                    self.max_model_len - req.num_tokens - 1)
+            if n > 0:
+                pool.append_slots(rid, n)
+                c.lookahead = n
+                budget.spend(n, decode=True)
 
     def _no_room(self, req: Request, budget: StepBudget) -> NotAdmitted | None:
         """Why ``req``, next in the queue, cannot start in this step whatever its size -- a budget is spent, or
@@ -372,28 +393,41 @@ class Scheduler:
         """Learn from a finished step how fast the queue drains (for SLO shedding)."""
         self.drain.observe(out.num_prefill_tokens, duration, backlogged=len(self.policy) > 0)
 
-    def update(self, out: SchedulerOutput, sampled: dict[str, int], now: float) -> list[StopCheck]:
-        """Advance every scheduled request and append its sampled token. Returns, for each request that got a
-        token, why it should stop -- EOS, a stop token, its length -- or None. Nothing ends here: the engine
-        first looks for stop strings (they need the text), then ends requests through ``finish``."""
+    def update(self, out: SchedulerOutput, sampled: dict[str, int], now: float,
+               accepted: dict[str, list[int]] | None = None) -> list[StopCheck]:
+        """Advance every scheduled request and append its new tokens: the guesses the executor accepted (speculative
+        decoding), then its sampled token. Returns, for each request that got tokens, why it should stop -- EOS, a
+        stop token, its length, checked after each token: the first ends it, and any after it are dropped -- or None,
+        and how many tokens it got. Nothing ends here: the engine first looks for stop strings (they need the text),
+        then ends requests through ``finish``."""
         changed: list[StopCheck] = []
-        caching = self.config.enable_prefix_caching
+        caching, accepted = self.config.enable_prefix_caching, accepted or {}
         for chunk in out.chunks:
-            req = chunk.request
-            req.num_computed_tokens += chunk.num_tokens
+            req, rid = chunk.request, chunk.request.request_id
+            kept = accepted.get(rid, [])
+            req.num_computed_tokens += chunk.num_tokens + len(kept)  # an accepted guess's K/V is the target's own
+            if chunk.lookahead:  # slots of rejected (or never proposed) guesses: rolled back, before any hashing
+                self.pool.rollback_slots(rid, req.num_computed_tokens)
+            token = sampled.get(rid)
+            if token is not None:
+                m = req.metrics
+                if m.first_token_time is None:
+                    m.first_token_time = now
+                reason: FinishReason | None = None
+                why: str | int | None = None
+                got = 0
+                for t in [*kept, token]:
+                    req.append_token(t)
+                    m.token_times.append(now)
+                    got += 1
+                    reason, why = self.stop_reason(req, t)
+                    if reason is not None:
+                        break
+                changed.append((req, reason, why, got))
             # a block filled with computed K/V joins the prefix cache (once per block_size decode steps)
-            if caching and req.num_computed_tokens // self.block_size > self.pool.num_hashed[req.request_id]:
+            if caching and req.num_computed_tokens // self.block_size > self.pool.num_hashed[rid]:
                 req.block_hashes = chain_hashes(req.all_token_ids(), self.block_size, req.block_hashes)
-                self.pool.cache_blocks(req.request_id, req.block_hashes, req.num_computed_tokens)
-            token = sampled.get(req.request_id)
-            if token is None:
-                continue
-            req.append_token(token)
-            m = req.metrics
-            if m.first_token_time is None:
-                m.first_token_time = now
-            m.token_times.append(now)
-            changed.append((req, *self.stop_reason(req, token)))
+                self.pool.cache_blocks(rid, req.block_hashes, req.num_computed_tokens)
         return changed
 
     def stop_reason(self, req: Request, token: int) -> tuple[FinishReason | None, str | int | None]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from minfer.metrics import SpecDecodeStats
 from minfer.request import RequestOutput
 
 # seconds; wide enough for a laptop CPU (TTFT of seconds under load) and a GPU (ITL of milliseconds)
@@ -44,6 +45,10 @@ class ServerMetrics:
         self.ttft = histogram("minfer_time_to_first_token_seconds", "Arrival to first token (engine clock).")
         self.itl = histogram("minfer_inter_token_latency_seconds", "Gap between consecutive tokens of a request.")
         self.e2e = histogram("minfer_e2e_request_latency_seconds", "Arrival to finish (engine clock).")
+        # speculative decoding, under vLLM's names (so its dashboards read them): drafts, guesses, guesses kept
+        self.spec_drafts = counter("vllm:spec_decode_num_drafts", "Requests' steps that verified guessed tokens.")
+        self.spec_draft_tokens = counter("vllm:spec_decode_num_draft_tokens", "Guessed tokens verified.")
+        self.spec_accepted_tokens = counter("vllm:spec_decode_num_accepted_tokens", "Guessed tokens accepted.")
         self.finished = Counter("minfer_requests_finished", "Requests finished, by finish reason.",
                                 ["model_name", "finish_reason"], registry=r)
         self.http_errors = Counter("minfer_http_errors", "Requests answered with an error, by HTTP status.",
@@ -59,6 +64,11 @@ class ServerMetrics:
             self.blocks_used.set(t.num_blocks - t.num_free_blocks)
             self.blocks_free.set(t.num_free_blocks)
             self.preemptions.inc(len(t.preempted))
+            if t.draft_tokens:
+                spec = SpecDecodeStats.of([t])
+                self.spec_drafts.inc(spec.num_drafts)
+                self.spec_draft_tokens.inc(spec.num_draft_tokens)
+                self.spec_accepted_tokens.inc(spec.num_accepted_tokens)
         for out in outputs:
             self.generation_tokens.inc(len(out.new_token_ids))
             if not out.finished:

@@ -10,11 +10,18 @@ Swap preemption's block copies are priced over the host link (``HardwareSpec.hos
 NVLink-C2C on a Grace Hopper), before the step's compute and not overlapped with it -- as a step that waits
 for its copies before the forward pass does: ``bytes / bandwidth``.
 
+Speculative decoding (``speculative_config`` with ``acceptance_rate``): a decode with ``k`` lookahead slots is priced
+as the verification pass it is -- ``k + 1`` query tokens read the request's context once, and ``k + 1`` rows of
+logits -- plus nothing for the guesses themselves (prompt lookup costs no model). Whether a guess is right is a draw
+at ``acceptance_rate``, keyed by the request and the position (a hash, not a random stream), and a request keeps its
+guesses up to the first wrong one.
+
 Nothing here is random and nothing reads a clock: the same workload gives the same trace, every run.
 """
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 from minfer.config import EngineConfig
@@ -28,11 +35,18 @@ from minfer.units import parse_bytes
 PLACEHOLDER_TOKEN = 0
 
 
+def guess_is_right(request_id: str, position: int, rate: float) -> bool:
+    """The simulator's stand-in for verification: right with probability ``rate``, the same answer every run."""
+    return zlib.crc32(f"{request_id}:{position}".encode()) / 2**32 < rate
+
+
 class SimExecutor:
-    def __init__(self, model: ModelSpec, hardware: HardwareSpec, dtype: str, block_size: int = 16) -> None:
+    def __init__(self, model: ModelSpec, hardware: HardwareSpec, dtype: str, block_size: int = 16,
+                 acceptance_rate: float | None = None) -> None:
         self.cost = RooflineCost(model, hardware, dtype)
         self.hardware = hardware
         self.block_bytes = model.kv_bytes_per_token(dtype) * block_size
+        self.acceptance_rate = acceptance_rate  # speculative decoding: the chance each guess is right
 
     def swap_time(self, num_blocks: int) -> float:
         """Seconds to move ``num_blocks`` KV blocks over the host link (one direction)."""
@@ -52,15 +66,32 @@ class SimExecutor:
         if not out.chunks:
             return ModelOutput({}, seconds)
         shape = StepShape()
-        sampled = {}
+        sampled: dict[str, int] = {}
         add = shape.add
+        result = ModelOutput(sampled)
         for c in out.chunks:  # the hot loop of a long simulation: one pass, nothing else
             req = c.request
             samples = c.start + c.num_tokens == req.num_tokens
-            add(c.start, c.num_tokens, c.is_decode, samples)
+            if c.lookahead:
+                self._verify(c.request.request_id, c.start, c.lookahead, shape, result)
+            else:
+                add(c.start, c.num_tokens, c.is_decode, samples)
             if samples:
                 sampled[req.request_id] = PLACEHOLDER_TOKEN
-        return ModelOutput(sampled, seconds + self.cost.step_time(shape))
+        result.duration = seconds + self.cost.step_time(shape)
+        return result
+
+    def _verify(self, request_id: str, start: int, k: int, shape: StepShape, result: ModelOutput) -> None:
+        """A decode and its ``k`` guesses: priced as one ``k + 1``-token query with ``k + 1`` rows of logits; its
+        guesses kept up to the first wrong one."""
+        shape.add(start, k + 1, False, True)
+        shape.num_sampled += k
+        rate = self.acceptance_rate or 0.0
+        kept = 0
+        while kept < k and guess_is_right(request_id, start + 1 + kept, rate):
+            kept += 1
+        result.proposed[request_id] = k
+        result.accepted[request_id] = [PLACEHOLDER_TOKEN] * kept
 
 
 def kv_pool_blocks(config: EngineConfig, model: ModelSpec, hardware: HardwareSpec, dtype: str) -> int:
@@ -100,7 +131,13 @@ def build_sim_executor(config: EngineConfig, model: Any = None, tokenizer: Any =
     hardware = get_hardware(config.hardware)
     dtype = hardware.dtype if config.dtype == "auto" else config.dtype
     limit = spec.config.max_position_embeddings
-    executor = SimExecutor(spec, hardware, dtype, config.block_size)
+    speculative = config.speculative
+    if speculative is not None and (speculative.method != "ngram" or speculative.acceptance_rate is None):
+        raise ValueError("executor='sim' models speculative decoding by prompt lookup at a given acceptance rate: "
+                         "speculative_config needs method='ngram' and acceptance_rate=... (in [0, 1]), got "
+                         f"method={speculative.method!r}, acceptance_rate={speculative.acceptance_rate!r}")
+    executor = SimExecutor(spec, hardware, dtype, config.block_size,
+                           speculative.acceptance_rate if speculative is not None else None)
     if config.preemption_mode == "swap" and hardware.host_link_bandwidth is None:
         executor.swap_time(1)  # raises: say so now, not at the first preemption
     return ExecutorSetup(executor=executor, num_blocks=kv_pool_blocks(config, spec, hardware, dtype),
