@@ -10,10 +10,9 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field, fields
-from typing import Protocol
+from typing import Any, Protocol
 
 from minfer import input_checks as check
-from minfer.spec.config import SpeculativeConfig
 from minfer.types import (
     AdmissionMode,
     BackendName,
@@ -24,6 +23,7 @@ from minfer.types import (
     PolicyName,
     PreemptionMode,
     ResumeRule,
+    SpeculativeMethod,
     TimeoutAction,
     WeightFormat,
     allowed,
@@ -43,8 +43,50 @@ RESUME_RULES = allowed(ResumeRule)
 WEIGHT_FORMATS = allowed(WeightFormat)
 
 __all__ = ["ADMISSIONS", "BACKENDS", "DTYPES", "EXECUTORS", "LINEAR_BACKENDS", "POINTWISE_BACKENDS", "POLICIES",
-           "PREEMPTION_MODES", "RESUME_RULES", "SPEED_UPS", "TIMEOUT_ACTIONS", "WEIGHT_FORMATS", "EngineConfig",
-           "parse_bytes"]
+           "PREEMPTION_MODES", "RESUME_RULES", "SPECULATIVE_METHODS", "SPEED_UPS", "TIMEOUT_ACTIONS", "WEIGHT_FORMATS",
+           "EngineConfig", "SpeculativeConfig", "parse_bytes"]
+
+
+# Speculative decoding's settings, passed as vLLM passes them -- a plain dict, ``speculative_config={"method": "ngram",
+# "num_speculative_tokens": 4}`` -- and checked here once, like every other knob (the mechanism: minfer/spec).
+SPECULATIVE_METHODS = allowed(SpeculativeMethod)
+
+
+@dataclass(slots=True, frozen=True)
+class SpeculativeConfig:
+    method: SpeculativeMethod = "ngram"
+    num_speculative_tokens: int = 4  # k: guesses per request per step (the scheduler reserves k lookahead slots)
+    # ngram (prompt lookup): match the text's last n tokens, for n from prompt_lookup_max down to prompt_lookup_min
+    prompt_lookup_min: int = 2
+    prompt_lookup_max: int = 4
+    # early_exit: the draft is the model's first num_draft_layers layers (None: a quarter of them)
+    num_draft_layers: int | None = None
+    # executor="sim" only: the chance that each guess is right (the simulator has no text to look guesses up in);
+    # each request's guesses are then kept up to the first wrong one, as the real verification keeps them
+    acceptance_rate: float | None = None
+
+    def __post_init__(self) -> None:
+        check.one_of("speculative_config method", self.method, SPECULATIVE_METHODS)
+        check.integer("num_speculative_tokens", self.num_speculative_tokens, 1, 64)
+        check.integer("prompt_lookup_min", self.prompt_lookup_min, 1)
+        check.integer("prompt_lookup_max", self.prompt_lookup_max, self.prompt_lookup_min)
+        if self.num_draft_layers is not None:
+            check.integer("num_draft_layers", self.num_draft_layers, 1)
+        if self.acceptance_rate is not None:
+            check.real("acceptance_rate", self.acceptance_rate, 0.0, 1.0)
+
+    @classmethod
+    def parse(cls, value: SpeculativeConfig | dict[str, Any] | None) -> SpeculativeConfig | None:
+        """``speculative_config`` as given (None, a dict of vLLM's names, or a ``SpeculativeConfig``) → checked."""
+        if value is None or isinstance(value, SpeculativeConfig):
+            return value
+        if not isinstance(value, dict):
+            raise ValueError(f"speculative_config must be a dict such as {{'method': 'ngram', "
+                             f"'num_speculative_tokens': 4}}, got {type(value).__name__}")
+        known = {f.name for f in fields(cls)}
+        if unknown := sorted(set(value) - known):
+            raise ValueError(f"speculative_config has no field(s) {unknown}; it takes {sorted(known)}")
+        return cls(**value)
 
 
 # What LLM() and the server add to EngineConfig's defaults: every speed-up that runs on this machine, swapped into

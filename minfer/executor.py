@@ -29,6 +29,16 @@ if TYPE_CHECKING:  # annotations only: the contract does not depend on a model o
 
 
 @dataclass(slots=True)
+class Query:
+    """What one request computes in a forward pass: ``token_ids`` at positions ``start, start + 1, ...``, their K/V
+    stored through its ``block_table`` (a scheduled chunk, and its guesses if it speculates; or a draft's token)."""
+
+    token_ids: list[int]
+    start: int
+    block_table: list[int]
+
+
+@dataclass(slots=True)
 class ModelOutput:
     """What one step produced."""
 

@@ -24,7 +24,6 @@ returns the runner in an ``ExecutorSetup`` (the simulator's counterpart is ``sim
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,7 +31,7 @@ import torch
 from torch import Tensor
 
 from minfer.config import EngineConfig
-from minfer.executor import ExecutorSetup, ModelOutput, num_swap_blocks
+from minfer.executor import ExecutorSetup, ModelOutput, Query, num_swap_blocks
 from minfer.kv.cache import PagedKVCache
 from minfer.model.llama import LlamaModel
 from minfer.ops.attention import AttentionMetadata
@@ -42,16 +41,6 @@ from minfer.sampler import sample
 from minfer.spec import Proposer, make_proposer
 from minfer.spec.verify import verify
 from minfer.units import parse_bytes
-
-
-@dataclass(slots=True)
-class Query:
-    """What one request computes in a forward pass: ``token_ids`` at positions ``start, start + 1, ...``, their K/V
-    stored through its ``block_table``."""
-
-    token_ids: list[int]
-    start: int
-    block_table: list[int]
 
 
 class ModelRunner:
@@ -189,7 +178,7 @@ def build_model_executor(config: EngineConfig, model: Any = None, tokenizer: Any
     kv_cache = PagedKVCache(mcfg, num_blocks, cfg.block_size, dtype, cfg.device, ops, num_host_blocks=swap_blocks)
     runner = ModelRunner(fast, kv_cache, seed=cfg.seed)
     if cfg.speculative is not None:
-        runner.proposer = make_proposer(cfg.speculative, runner)
+        runner.proposer = make_proposer(cfg.speculative, fast, kv_cache, runner.prepare)
     if cfg.device.startswith("cuda") and cfg.cuda_graphs:
         from minfer.cuda_graphs import enable_cuda_graphs
 

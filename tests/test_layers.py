@@ -42,7 +42,8 @@ LAYERS: list[tuple[str, list[str]]] = [  # bottom-up; a module may import its ow
                            "minfer.quant.*"]),
     ("speed-ups", ["minfer.accelerate"]),  # stand-ins for the model's modules: above both the model and the kernels
     ("scheduling", ["minfer.scheduler", "minfer.scheduler.*", "minfer.detokenizer"]),
-    ("executors", ["minfer.executor", "minfer.runner", "minfer.cuda_graphs", "minfer.sim", "minfer.sim.*"]),
+    ("executors", ["minfer.executor", "minfer.runner", "minfer.cuda_graphs", "minfer.sim", "minfer.sim.*",
+                   "minfer.spec", "minfer.spec.*"]),
     ("engine", ["minfer.engine", "minfer.faults", "minfer"]),  # the package itself: the public API, exported lazily
     ("tools", ["minfer.validate", "minfer.validate.*", "minfer.baselines", "minfer.bench", "minfer.viz",
                "minfer.viz.*", "minfer.notebook", "minfer.serve", "minfer.serve.*", "minfer.loadgen",

@@ -3,9 +3,9 @@
 A decode step reads every weight of the model to produce one token per request; at small batch that read, not
 the arithmetic, sets its time (chapter 01's roofline). Computing ``k + 1`` positions instead of one reads the
 same weights once, so it costs little more -- and if ``k`` guessed tokens were right, the step produced ``k + 1``
-tokens. Chapter 13 builds it in four pieces, one file each:
+tokens. Chapter 13 builds it in three pieces, one file each (its settings, ``SpeculativeConfig``, sit with
+every other knob in ``minfer/config.py``):
 
-* ``config.py`` -- ``SpeculativeConfig``: vLLM's ``speculative_config`` (``method``, ``num_speculative_tokens``, ...);
 * ``ngram.py`` -- prompt lookup: guesses copied from earlier in the request's own text (no model);
 * ``early_exit.py`` -- self-speculation: the model's first layers as its own draft, sharing its KV cache;
 * ``verify.py`` -- which guesses to keep: exactly greedy's tokens, or rejection sampling for the target's
@@ -23,14 +23,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from minfer.config import SPECULATIVE_METHODS, SpeculativeConfig
 from minfer.plan import ScheduledChunk
-from minfer.spec.config import METHODS, SpeculativeConfig
 from minfer.spec.ngram import propose_ngram
 
 if TYPE_CHECKING:
-    from minfer.runner import ModelRunner
+    from minfer.kv.cache import PagedKVCache
+    from minfer.model.llama import LlamaModel
+    from minfer.spec.early_exit import Prepare
 
-__all__ = ["METHODS", "PROPOSERS", "NgramProposer", "Proposer", "SpeculativeConfig", "make_proposer",
+__all__ = ["PROPOSERS", "SPECULATIVE_METHODS", "NgramProposer", "Proposer", "SpeculativeConfig", "make_proposer",
            "propose_ngram"]
 
 
@@ -52,19 +54,20 @@ class NgramProposer:
                 for c in chunks}
 
 
-def _early_exit(config: SpeculativeConfig, runner: ModelRunner) -> Proposer:
+def _early_exit(config: SpeculativeConfig, model: LlamaModel, kv_cache: PagedKVCache, prepare: Prepare) -> Proposer:
     from minfer.spec.early_exit import EarlyExitProposer
 
-    layers = config.num_draft_layers or max(1, len(runner.model.layers) // 4)
-    return EarlyExitProposer(runner, layers)
+    layers = config.num_draft_layers or max(1, len(model.layers) // 4)
+    return EarlyExitProposer(model, kv_cache, prepare, layers)
 
 
-PROPOSERS: dict[str, Callable[[SpeculativeConfig, ModelRunner], Proposer]] = {
-    "ngram": lambda config, runner: NgramProposer(config),
+# method → (config, the model as the engine runs it, its KV cache, the runner's batch builder) → proposer
+PROPOSERS: dict[str, Callable[[SpeculativeConfig, LlamaModel, PagedKVCache, Prepare], Proposer]] = {
+    "ngram": lambda config, model, kv_cache, prepare: NgramProposer(config),
     "early_exit": _early_exit,
 }
 
 
-def make_proposer(config: SpeculativeConfig, runner: ModelRunner) -> Proposer:
-    """The proposer ``config.method`` names, for the model ``runner`` runs."""
-    return PROPOSERS[config.method](config, runner)
+def make_proposer(config: SpeculativeConfig, model: LlamaModel, kv_cache: PagedKVCache, prepare: Prepare) -> Proposer:
+    """The proposer ``config.method`` names, for ``model`` and its KV cache."""
+    return PROPOSERS[config.method](config, model, kv_cache, prepare)

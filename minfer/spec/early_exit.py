@@ -17,17 +17,23 @@ exit guesses poorly, and chapter 13 measures by how much.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
+from minfer.executor import Query
+from minfer.ops.attention import AttentionMetadata
 from minfer.plan import ScheduledChunk
 
 if TYPE_CHECKING:
+    from minfer.kv.cache import PagedKVCache
     from minfer.model.llama import LlamaModel
     from minfer.ops.attention import Attention
-    from minfer.runner import ModelRunner
+
+# the runner's batch builder: queries (the first num_decodes one-token decodes) → input ids, positions, metadata
+Prepare = Callable[..., tuple[Tensor, Tensor, AttentionMetadata]]
 
 
 @torch.inference_mode()
@@ -42,30 +48,27 @@ def early_exit_forward(model: LlamaModel, num_layers: int, input_ids: Tensor, po
 
 
 class EarlyExitProposer:
-    """Guesses from the first ``num_layers`` layers of the runner's own model, greedily, through its KV cache."""
+    """Guesses from the first ``num_layers`` layers of the engine's own model, greedily, through its KV cache."""
 
-    def __init__(self, runner: ModelRunner, num_layers: int) -> None:
-        total = len(runner.model.layers)
+    def __init__(self, model: LlamaModel, kv_cache: PagedKVCache, prepare: Prepare, num_layers: int) -> None:
+        total = len(model.layers)
         if not 1 <= num_layers < total:
             raise ValueError(f"num_draft_layers must be in [1, {total - 1}] for this {total}-layer model, "
                              f"got {num_layers}")
-        self.runner, self.num_layers = runner, num_layers
+        self.model, self.kv_cache, self.prepare, self.num_layers = model, kv_cache, prepare, num_layers
 
     def propose(self, chunks: list[ScheduledChunk]) -> dict[str, list[int]]:
         """``chunk.lookahead`` guesses for each decode in ``chunks``: one draft forward pass per guess, all requests
         together, each feeding its previous guess back in."""
-        from minfer.runner import Query
-
-        runner = self.runner
         guesses: dict[str, list[int]] = {c.request.request_id: [] for c in chunks}
         last = [c.request.token_ids(c.start, c.start + 1)[0] for c in chunks]
         for j in range(max(c.lookahead for c in chunks)):
             active = [i for i, c in enumerate(chunks) if c.lookahead > j]
             queries = [Query([last[i]], chunks[i].start + j, chunks[i].block_table) for i in active]
-            input_ids, positions, meta = runner.prepare(queries, num_decodes=len(queries))
-            hidden = early_exit_forward(runner.model, self.num_layers, input_ids, positions,
-                                        runner.kv_cache.attention(meta))
-            best = runner.model.compute_logits(hidden).argmax(dim=-1).tolist()
+            input_ids, positions, meta = self.prepare(queries, len(queries))
+            attention = self.kv_cache.attention(meta)
+            hidden = early_exit_forward(self.model, self.num_layers, input_ids, positions, attention)
+            best = self.model.compute_logits(hidden).argmax(dim=-1).tolist()
             for i, token in zip(active, best):
                 guesses[chunks[i].request.request_id].append(token)
                 last[i] = token
