@@ -51,7 +51,7 @@ from minfer.baselines import hf_continuous_system, hf_static_system, minfer_stat
 from minfer.config import EngineConfig, option_value
 from minfer.cpu_malloc import keep_freed_memory
 from minfer.engine import OFFLINE_DEFAULTS
-from minfer.metrics import SLO, Summary, summarize
+from minfer.metrics import SLO, SpecDecodeStats, Summary, summarize
 from minfer.ops.backends import resolve_backend
 from minfer.ops.linear import onednn_problem, resolve_linear_backend
 from minfer.ops.pointwise import resolve_pointwise_backend
@@ -460,6 +460,69 @@ def print_weights_decode(speeds: Sequence[DecodeSpeed], bandwidth: float) -> Non
           "weight bytes / bandwidth")
     print(f"{'weights':<8} {'ms/token':>10} {'MB/step':>10} {'bound ms':>9} {'/ bound':>10}")
     print("\n".join(s.line() for s in speeds))
+
+
+# ---- speculative decoding: a copy task, with and without guesses ---------------------------------------------------
+COPY_TEXT = ("The river rises in the hills above the town, runs past the old mill and the church, and reaches the sea "
+             "at a wide bay where fishing boats come in every evening with the tide.")
+
+
+def copy_prompt(tokenizer: Any, text: str = COPY_TEXT) -> list[int]:
+    """A chat asking the model to copy ``text``: the task prompt lookup is made for (its answer is in its prompt)."""
+    ask = f"Copy this text exactly, word for word:\n\n{text}"
+    return tokenizer.apply_chat_template([{"role": "user", "content": ask}])
+
+
+@dataclass(frozen=True, slots=True)
+class SpecSpeed:
+    """One batch size of the copy task: output tokens a second without and with speculation (medians of rounds that
+    alternate the two), the speculating runs' acceptance, and whether the outputs were the same tokens."""
+
+    batch: int
+    plain_tokens_per_s: float
+    spec_tokens_per_s: float
+    stats: SpecDecodeStats
+    same_tokens: bool
+
+    @property
+    def speedup(self) -> float:
+        return self.spec_tokens_per_s / self.plain_tokens_per_s
+
+
+def speculative_copy(batch_sizes: Sequence[int] = (1, 4, 16), speculative_config: dict[str, Any] | None = None,
+                     max_tokens: int = 48, rounds: int = 3, model: str = "smollm2-135m",
+                     **engine_config: Any) -> list[SpecSpeed]:
+    """The copy task at each batch size (that many copies of the request at once, greedy), once plainly and once
+    with ``speculative_config`` (default: ngram, k = 5), the two in turns ``rounds`` times over one loaded model, so
+    a shared machine's slow spells fall on both. Output tokens over the wall time of the whole run."""
+    from minfer.engine import LLMEngine
+    from minfer.request import SamplingParams
+
+    spec = speculative_config or {"method": "ngram", "num_speculative_tokens": 5}
+    m, tok = cached_model(model)
+    prompt = copy_prompt(tok)
+    params = SamplingParams(max_tokens=max_tokens, temperature=0)
+    results = []
+    for batch in batch_sizes:
+        speeds: dict[bool, list[float]] = {False: [], True: []}
+        tokens: dict[bool, list[list[int]]] = {}
+        stats = SpecDecodeStats(0, 0, 0)
+        for _ in range(rounds):
+            for speculate in (False, True):
+                engine = LLMEngine(EngineConfig(model=model, speculative_config=spec if speculate else None,
+                                                **{**OFFLINE_DEFAULTS, **engine_config}), model=m, tokenizer=tok)
+                for i in range(batch):
+                    engine.add_request(f"copy-{i}", list(prompt), params)
+                start = time.perf_counter()
+                outs = engine.run()
+                seconds = time.perf_counter() - start
+                tokens[speculate] = [o.outputs[0].token_ids for o in outs]
+                speeds[speculate].append(sum(map(len, tokens[speculate])) / seconds)
+                if speculate:
+                    stats = SpecDecodeStats.of(engine.trace)
+        results.append(SpecSpeed(batch, statistics.median(speeds[False]), statistics.median(speeds[True]), stats,
+                                 tokens[False] == tokens[True]))
+    return results
 
 
 def main(argv: Sequence[str] | None = None) -> list[Result]:

@@ -382,6 +382,32 @@ MUTANTS = [
     Mutant('E12.3 the non-streaming object name', 'E12.3', 'chunk',
            'obj = "chat.completion.chunk"', 'obj = "chat.completion"', 'chat chunk'),
     Mutant('E12.3 ends an event with one newline', 'E12.3', 'sse', '\\n\\n".encode()', '\\n".encode()', 'sse'),
+    # ---- E13.1 -----------------------------------------------------------------------------------------------
+    Mutant("E13.1 greedy compares guess i with the row after it", "E13.1", "accept_greedy",
+           "zip(guesses, target)", "zip(guesses, target[1:])", "every guess right"),
+    Mutant("E13.1 greedy gives no bonus token", "E13.1", "accept_greedy",
+           "kept.append(target[len(kept)])", "if len(kept) < len(guesses):\n    kept.append(target[len(kept)])",
+           "every guess right"),
+    Mutant("E13.1 greedy goes on past a wrong guess", "E13.1", "accept_greedy",
+           "break", "continue", "the first guess wrong"),
+    Mutant("E13.1 accepts with probability 1 - p(guess)", "E13.1", "accept_sampled",
+           "< float(probs[i, guess])", "< 1 - float(probs[i, guess])", "certain guess"),
+    Mutant("E13.1 draws the correction from p, the rejected guess left in", "E13.1", "accept_sampled",
+           "residual[guess] = 0.0", "residual[guess] = residual[guess]", "certain guess"),
+    Mutant("E13.1 sampling gives no bonus token", "E13.1", "accept_sampled",
+           "kept.append(draw(probs[len(guesses)], generator))", "pass", "certain guess"),
+    Mutant("E13.1 sampling goes on after a rejection", "E13.1", "accept_sampled",
+           "kept.append(draw(residual, generator))\n    return kept",
+           "kept.append(draw(residual, generator))\n    continue", "certain guess"),
+    Mutant("E13.1 sampling compares guess i with row i + 1", "E13.1", "accept_sampled",
+           "< float(probs[i, guess])", "< float(probs[i + 1, guess])", "certain guess"),
+    Mutant("E13.1 accepts a guess when p(guess) > 0.5", "E13.1", "accept_sampled",
+           "if float(torch.rand((), generator=generator)) < float(probs[i, guess]):",
+           "if float(probs[i, guess]) > 0.5:", "first token is distributed"),
+    Mutant("E13.1 draws the bonus token from the row before the last", "E13.1", "accept_sampled",
+           "probs[len(guesses)]", "probs[len(guesses) - 1]", "certain guess"),
+    Mutant("E13.1 draws without the request's generator", "E13.1", "accept_sampled",
+           "torch.rand((), generator=generator)", "torch.rand(())", "same generator seed"),
     # ---- E14.1 -----------------------------------------------------------------------------------------------
     Mutant("E14.1 scales by the largest value, not the largest absolute value", "E14.1", "quantize_int8",
            "g.abs().amax(dim=1)", "g.amax(dim=1)", "known inputs"),
@@ -691,6 +717,26 @@ ALTERNATIVES = [
         'sse': """
         payload = data if isinstance(data, str) else json.dumps(data)
         return b"data: " + payload.encode() + b"\\n\\n"
+        """}),
+    Alternative("E13.1 a while loop and slices; torch.multinomial draws", "E13.1", {
+        "accept_greedy": """
+        n = 0
+        while n < len(guesses) and guesses[n] == target[n]:
+            n += 1
+        return list(guesses[:n]) + [target[n]]
+        """,
+        "accept_sampled": """
+        out: list[int] = []
+        for row, guess in zip(probs, guesses):
+            u = torch.rand(1, generator=generator).item()
+            if u >= row[guess].item():  # rejected: the target's token, drawn with the guess taken out
+                others = row.clone()
+                others[guess] = 0
+                out.append(int(torch.multinomial(others, 1, generator=generator)))
+                return out
+            out.append(guess)
+        out.append(int(torch.multinomial(probs[-1], 1, generator=generator)))
+        return out
         """}),
     Alternative("E14.1 group by group, in a loop", "E14.1", {
         "quantize_int8": """

@@ -1,6 +1,6 @@
 """Exercises: the course you do, not only read.
 
-Chapters 01-12 and 14 set three kinds of exercises, numbered ``E<chapter>.<n>`` (``catalog.py`` lists them all):
+Chapters 01-14 set three kinds of exercises, numbered ``E<chapter>.<n>`` (``catalog.py`` lists them all):
 *build* a real piece of the engine between ``# BEGIN EXERCISE`` / ``# END EXERCISE`` markers in the package,
 *predict* a number before the chapter measures it, *explain* in a few sentences.
 

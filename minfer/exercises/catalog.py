@@ -268,6 +268,23 @@ EXERCISES: tuple[Exercise, ...] = (
     _p("E12.4", 12, "1. Choosing a token: temperature, top-k, top-p, seeds", "what top-p keeps",
        "Eight tokens have logits 3, 2, 1, 0, -1, -2, -3, -4. With temperature 0.5 and top_p 0.9, how many of them "
        "can be sampled?", "ch12:measure_top_p_kept", difficulty=1, requires=('E12.1',)),
+    # 13 -- speculative decoding
+    _b("E13.1", 13, "2. Guess, verify, accept", "verification: greedy acceptance and rejection sampling",
+       "Write accept_greedy and accept_sampled. Greedy: keep each guess that equals the target's argmax at its "
+       "position (target[i] for guess i), stop at the first that does not and append the target's token there; "
+       "all kept: append target[k], the bonus token. Sampled: keep guess i with probability probs[i, guess] (one "
+       "torch.rand(generator=...) draw, kept if below it); at the first rejection append a draw from row i with "
+       "the guess removed (draw(weights, generator)) and stop; all kept: append a draw from the last row.",
+       "ch13:check_verification", 25, difficulty=2),
+    _p("E13.2", 13, "4. Measured on this machine", "tokens a step on the copy task",
+       "One request copies a paragraph from its prompt, greedily, with ngram speculation (k = 5 guesses a step). "
+       "On average, how many tokens does each of its speculating steps produce (SpecDecodeStats' "
+       "mean_acceptance_length: the kept guesses plus the one token every step gives)?",
+       "ch13:measure_copy_acceptance", difficulty=1, requires=('E13.1',)),
+    _e("E13.3", 13, "5. Where it stops paying", "why speculation stops paying at large batch",
+       "On this CPU ngram speculation made one request much faster, 16 requests far less. On a simulated H100 the "
+       "gain shrinks with the batch too. Why? Use the roofline of a decode step, what a rejected guess costs, and "
+       "where the lookahead slots come from.", difficulty=2, requires=('E13.2',)),
     # 14 -- bytes per weight
     _b("E14.1", 14, "2. The formats", "the int8 group quantizer",
        "Write quantize_int8: cut w ([in, out]) into groups of `group` consecutive inputs of each output column "
