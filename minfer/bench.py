@@ -525,6 +525,16 @@ def speculative_copy(batch_sizes: Sequence[int] = (1, 4, 16), speculative_config
     return results
 
 
+def print_speculative_copy(rows: list[SpecSpeed], spec: dict[str, Any]) -> None:
+    """The copy task's table: tokens a second without and with guesses, and what the guesses did."""
+    print(f"copy task, greedy, speculative_config={spec}")
+    print(f"{'batch':>5}  {'plain tok/s':>11}  {'spec tok/s':>10}  {'speed-up':>8}  {'accepted':>8}  "
+          f"{'tokens/step':>11}  same tokens")
+    for r in rows:
+        print(f"{r.batch:>5}  {r.plain_tokens_per_s:>11.1f}  {r.spec_tokens_per_s:>10.1f}  {r.speedup:>7.2f}x  "
+              f"{r.stats.acceptance_rate:>8.0%}  {r.stats.mean_acceptance_length:>11.2f}  {r.same_tokens}")
+
+
 def main(argv: Sequence[str] | None = None) -> list[Result]:
     p = argparse.ArgumentParser(prog="python -m minfer.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--workload", default=None, help="mixed | uniform | poisson | burst | spike | PATH.jsonl "
@@ -559,6 +569,8 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     p.add_argument("--list", action="store_true", help="list the registered systems")
     p.add_argument("--weights-decode", action="store_true", help="batch-1 decode time of each weight format "
                    "(weights='dtype', 'int8', 'q4') beside its bytes-over-bandwidth bound")
+    p.add_argument("--speculative", nargs="?", const=5, type=int, metavar="K", help="the copy task at batch 1, 4 "
+                   "and 16 with and without speculative decoding (prompt lookup, K guesses a step; default 5)")
     args = p.parse_args(argv)
 
     if args.list:
@@ -567,6 +579,11 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     if args.weights_decode:
         keep_freed_memory()
         print_weights_decode(*weights_decode(rounds=args.repeat if args.repeat > 1 else 5))
+        return []
+    if args.speculative:
+        keep_freed_memory()
+        spec = {"method": "ngram", "num_speculative_tokens": args.speculative}
+        print_speculative_copy(speculative_copy(speculative_config=spec, rounds=max(args.repeat, 3)), spec)
         return []
     if args.scale:
         figures = scale_benchmark(args.num_requests or 10_000, seed=args.seed)
