@@ -154,6 +154,7 @@ def test_calibrations(tiny, sim_run):
     spec, says = calibration(real, "self")
     assert "own step times" in says and spec.overlap == 0 and spec.token_overhead == 0
     assert calibration(real, "stored")[0] == HARDWARE["cpu-2core"]
+    assert calibration(real, HARDWARE["L4"]) == (HARDWARE["L4"], f"the spec 'L4' as given ({HARDWARE['L4'].source})")
     held_out, says = calibration(real, [RunRecord.of(real_run(tiny, n=10, rate=20.0))])
     assert "held out" in says and held_out.flops("float32") > 0
     report = replay(real, "self")

@@ -22,6 +22,7 @@ Which cost model replays a run (``--calibration``):
 * ``recorded``: the spec the run was made on -- for a run the simulator made (the default there); a replay then
   reproduces it exactly, which is what the tests check.
 * paths of other recorded runs: the spec fitted to *their* steps (held-out calibration; ``sweep`` does this).
+* in Python, also a ``HardwareSpec`` as it is (chapter 10 passes the spec it fitted to other workloads).
 
 Besides the percentiles, two step-time errors: every recorded step priced by the cost model (the cost model's own
 error, on the recorded schedule), and the replay's steps against the recorded ones matched by index, where the two
@@ -105,10 +106,15 @@ def fit_spec(runs: Sequence[RunRecord]) -> HardwareSpec:
     return replace(spec, name="fitted", source=f"fitted to {len(samples)} recorded steps (minfer.validate.replay)")
 
 
-def calibration(run: RunRecord, how: str | Sequence[RunRecord] | None = None) -> tuple[HardwareSpec, str]:
+Calibration = str | Sequence[RunRecord] | HardwareSpec | None  # a name, runs to fit to, or a spec as it is
+
+
+def calibration(run: RunRecord, how: Calibration = None) -> tuple[HardwareSpec, str]:
     """The spec that replays ``run`` and a line that says which it is (see the module's docstring)."""
     if how is None:
         how = "recorded" if run.hardware is not None else "self"
+    if isinstance(how, HardwareSpec):
+        return how, f"the spec {how.name!r} as given ({how.source or 'no source'})"
     if not isinstance(how, str):
         return fit_spec(how), f"fitted to the steps of {len(how)} other recorded run(s) (held out)"
     if how == "recorded":
@@ -255,7 +261,7 @@ def compare(real: RunRecord, sim: RunRecord, hardware: HardwareSpec, how: str = 
                         step_errors(real, sim, hardware))
 
 
-def replay(run: RunRecord | str | Path, how: str | Sequence[RunRecord] | None = None) -> ReplayReport:
+def replay(run: RunRecord | str | Path, how: Calibration = None) -> ReplayReport:
     """Replay ``run`` (a record or its file) on the cost model ``how`` names (see ``calibration``) and compare."""
     run = run if isinstance(run, RunRecord) else load_run(run)
     hardware, described = calibration(run, how)
