@@ -243,6 +243,45 @@ def test_the_simulator_prices_verification_and_keeps_guesses_at_the_acceptance_r
         run({"method": "ngram"})
 
 
+
+def test_the_simulator_prices_early_exit_drafts_by_the_layers_they_run():
+    """The same guesses at the same acceptance, made by prompt lookup (free) and by early exit: the draft's passes
+    cost time, more with more layers, and a step's extra time is its k passes of the cut model."""
+    from minfer.sim.cost import RooflineCost, StepShape
+    from minfer.sim.executor import draft_spec
+    from minfer.sim.hardware import get_hardware
+    from minfer.sim.models import get_model_spec
+
+    def run(spec):
+        e = LLMEngine(EngineConfig(model="llama-3.1-8b", executor="sim", hardware="H100-SXM", debug_checks=True,
+                                   speculative_config=spec))
+        for i in range(4):
+            e.add_request(f"r{i}", [1] * 100, SamplingParams(max_tokens=64, ignore_eos=True))
+        run_checked(e)
+        return e
+
+    guesses = {"num_speculative_tokens": 4, "acceptance_rate": 0.7}
+    ngram = run({"method": "ngram", **guesses})
+    shallow = run({"method": "early_exit", "num_draft_layers": 4, **guesses})
+    deep = run({"method": "early_exit", "num_draft_layers": 16, **guesses})
+    assert [t.accepted_tokens for t in ngram.trace] == [t.accepted_tokens for t in deep.trace]  # the same draws
+    assert ngram.now < shallow.now < deep.now
+    # one step by hand: the same schedule with and without the draft's cost, so the two runs' step times differ by
+    # exactly the draft passes -- pass j one token of each request that guessed more than j, at its position + j
+    model, hardware = get_model_spec("llama-3.1-8b"), get_hardware("H100-SXM")
+    draft = RooflineCost(draft_spec(model, 16), hardware, hardware.dtype)
+    step = next(i for i, t in enumerate(deep.trace) if t.draft_tokens)
+    guessed, at = deep.trace[step].draft_tokens, deep.trace[step].positions
+    assert guessed == ngram.trace[step].draft_tokens and set(guessed.values()) == {4}
+    passes = [StepShape() for _ in range(4)]
+    for rid, k in guessed.items():
+        for j in range(k):
+            passes[j].add(at[rid] + j, 1, True, True)
+    by_hand = sum(draft.step_time(shape) for shape in passes)
+    assert deep.trace[step].duration - ngram.trace[step].duration == pytest.approx(by_hand, rel=1e-9)
+    with pytest.raises(ValueError, match="num_draft_layers"):
+        draft_spec(model, model.config.num_layers)
+
 # ---- on the real model -------------------------------------------------------------------------------------------
 
 COPY = ("Copy this text exactly, word for word:\n\nThe quick brown fox jumps over the lazy dog. Pack my box with "

@@ -14,7 +14,11 @@ Speculative decoding (``speculative_config`` with ``acceptance_rate``): a decode
 as the verification pass it is -- ``k + 1`` query tokens read the request's context once, and ``k + 1`` rows of
 logits -- plus nothing for the guesses themselves (prompt lookup costs no model). Whether a guess is right is a draw
 at ``acceptance_rate``, keyed by the request and the position (a hash, not a random stream), and a request keeps its
-guesses up to the first wrong one.
+guesses up to the first wrong one. With ``method="early_exit"`` the guesses cost a model: ``k`` draft passes before
+the verification, each one token per speculating request through the first ``num_draft_layers`` layers and the LM
+head -- priced by the same cost model on a copy of the model cut to those layers (``draft_spec``), one pass after
+another because guess ``j + 1`` needs guess ``j``. Acceptance is still the given ``acceptance_rate``: the simulator
+knows no weights to ask how often an early exit agrees with the whole model.
 
 Nothing here is random and nothing reads a clock: the same workload gives the same trace, every run.
 """
@@ -22,6 +26,7 @@ Nothing here is random and nothing reads a clock: the same workload gives the sa
 from __future__ import annotations
 
 import zlib
+from dataclasses import replace
 from typing import Any
 
 from minfer.config import EngineConfig
@@ -42,11 +47,13 @@ def guess_is_right(request_id: str, position: int, rate: float) -> bool:
 
 class SimExecutor:
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, dtype: str, block_size: int = 16,
-                 acceptance_rate: float | None = None) -> None:
+                 acceptance_rate: float | None = None, draft: ModelSpec | None = None) -> None:
         self.cost = RooflineCost(model, hardware, dtype)
         self.hardware = hardware
         self.block_bytes = model.kv_bytes_per_token(dtype) * block_size
         self.acceptance_rate = acceptance_rate  # speculative decoding: the chance each guess is right
+        # early exit: the draft model whose passes make the guesses (None: guesses cost nothing, as prompt lookup)
+        self.draft_cost = RooflineCost(draft, hardware, dtype) if draft is not None else None
 
     def swap_time(self, num_blocks: int) -> float:
         """Seconds to move ``num_blocks`` KV blocks over the host link (one direction)."""
@@ -78,8 +85,20 @@ class SimExecutor:
                 add(c.start, c.num_tokens, c.is_decode, samples)
             if samples:
                 sampled[req.request_id] = PLACEHOLDER_TOKEN
-        result.duration = seconds + self.cost.step_time(shape)
+        result.duration = seconds + self.cost.step_time(shape) + self.draft_time(out)
         return result
+
+    def draft_time(self, out: SchedulerOutput) -> float:
+        """Seconds of the draft passes before the verification (0 without a draft model): pass ``j`` runs one token
+        of every request that wants more than ``j`` guesses, at its position ``start + j``."""
+        if self.draft_cost is None:
+            return 0.0
+        rounds = max((c.lookahead for c in out.chunks), default=0)
+        passes = [StepShape() for _ in range(rounds)]
+        for c in out.chunks:
+            for j in range(c.lookahead):
+                passes[j].add(c.start + j, 1, True, True)
+        return sum(self.draft_cost.step_time(shape) for shape in passes)
 
     def _verify(self, request_id: str, start: int, k: int, shape: StepShape, result: ModelOutput) -> None:
         """A decode and its ``k`` guesses: priced as one ``k + 1``-token query with ``k + 1`` rows of logits; its
@@ -117,6 +136,17 @@ def kv_pool_blocks(config: EngineConfig, model: ModelSpec, hardware: HardwareSpe
     return blocks
 
 
+def draft_spec(model: ModelSpec, num_draft_layers: int | None) -> ModelSpec:
+    """The early-exit draft of ``model``: its first ``num_draft_layers`` layers (None: a quarter, as the engine's
+    default) with its embedding, final norm and LM head."""
+    total = model.config.num_layers
+    layers = num_draft_layers or max(1, total // 4)
+    if not 1 <= layers < total:
+        raise ValueError(f"num_draft_layers must be in [1, {total - 1}] for the {total}-layer {model.name}, "
+                         f"got {layers}")
+    return replace(model, name=f"{model.name} (first {layers} layers)", config=replace(model.config, num_layers=layers))
+
+
 def build_sim_executor(config: EngineConfig, model: Any = None, tokenizer: Any = None) -> ExecutorSetup:
     """What ``LLMEngine`` needs for ``executor="sim"``: the executor, the number of KV blocks and the maximum
     sequence length -- no weights, no tokenizer (prompts are token ids), no vocabulary, no EOS."""
@@ -132,12 +162,14 @@ def build_sim_executor(config: EngineConfig, model: Any = None, tokenizer: Any =
     dtype = hardware.dtype if config.dtype == "auto" else config.dtype
     limit = spec.config.max_position_embeddings
     speculative = config.speculative
-    if speculative is not None and (speculative.method != "ngram" or speculative.acceptance_rate is None):
-        raise ValueError("executor='sim' models speculative decoding by prompt lookup at a given acceptance rate: "
-                         "speculative_config needs method='ngram' and acceptance_rate=... (in [0, 1]), got "
-                         f"method={speculative.method!r}, acceptance_rate={speculative.acceptance_rate!r}")
+    if speculative is not None and speculative.acceptance_rate is None:
+        raise ValueError("executor='sim' models speculative decoding at a given acceptance rate: speculative_config "
+                         f"needs acceptance_rate=... (in [0, 1]) with method={speculative.method!r}")
+    draft = None
+    if speculative is not None and speculative.method == "early_exit":
+        draft = draft_spec(spec, speculative.num_draft_layers)
     executor = SimExecutor(spec, hardware, dtype, config.block_size,
-                           speculative.acceptance_rate if speculative is not None else None)
+                           speculative.acceptance_rate if speculative is not None else None, draft)
     if config.preemption_mode == "swap" and hardware.host_link_bandwidth is None:
         executor.swap_time(1)  # raises: say so now, not at the first preemption
     return ExecutorSetup(executor=executor, num_blocks=kv_pool_blocks(config, spec, hardware, dtype),
