@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -62,6 +63,61 @@ class Scrape:
                 le = float(ls["le"])
                 counts[le] = counts.get(le, 0.0) + v
         return sorted(counts.items())
+
+
+class Watch:
+    """Scrapes ``url`` every ``every`` seconds in a background thread, as Prometheus would, until stopped::
+
+        with Watch(server_url + "/metrics") as watch:
+            ...  # a load
+        over_time(watch.scrapes, lambda a, b: rate(a, b, "vllm:generation_tokens_total"), window=1.0)
+    """
+
+    def __init__(self, url: str, every: float = 0.25) -> None:
+        self.url, self.every = url, every
+        self.scrapes: list[Scrape] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="minfer-scrape", daemon=True)
+
+    def _run(self) -> None:
+        import httpx
+
+        with httpx.Client(timeout=10) as client:
+            while True:
+                self.scrapes.append(Scrape.parse(client.get(self.url).text))
+                if self._stop.wait(self.every):
+                    self.scrapes.append(Scrape.parse(client.get(self.url).text))  # the state at the end
+                    return
+
+    def start(self) -> Watch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[Scrape]:
+        self._stop.set()
+        self._thread.join()
+        return self.scrapes
+
+    def __enter__(self) -> Watch:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def over_time(scrapes: Sequence[Scrape], value: Callable[[Scrape, Scrape], float],
+              window: float) -> tuple[list[float], list[float]]:
+    """A panel's line: at each scrape, ``value(earlier, this)`` with ``earlier`` the first scrape within ``window``
+    seconds before it (PromQL's range ``[window]``). Times in seconds since the first scrape."""
+    if not scrapes:
+        return [], []
+    t0, times, values = scrapes[0].time, [], []
+    for i, b in enumerate(scrapes[1:], 1):
+        # the earliest scrape inside the window, or the one just before this one if the window holds none
+        a = next((s for s in scrapes[:i] if s.time >= b.time - window), scrapes[i - 1])
+        times.append(b.time - t0)
+        values.append(value(a, b))
+    return times, values
 
 
 def rate(a: Scrape, b: Scrape, name: str, **labels: str) -> float:
