@@ -28,7 +28,15 @@ import minfer
 from minfer import EngineConfig, LLMEngine
 from minfer.serve import ServerThread
 from minfer.serve.prometheus import TTFT_BUCKETS, one_two_five
-from minfer.serve.scrape import Scrape, histogram_quantile, promql_labels, promql_metrics
+from minfer.serve.scrape import (
+    Scrape,
+    bucket_increase,
+    histogram_quantile,
+    over_time,
+    promql_labels,
+    promql_metrics,
+    rate,
+)
 
 pytestmark = pytest.mark.needs_exercise("E3.1", "E4.1", "E5.1", "E6.1", "E8.1")
 DASHBOARD = Path(__file__).parent.parent / "docs" / "grafana" / "minfer.json"
@@ -210,6 +218,27 @@ def test_one_two_five_and_histogram_quantile():
     assert histogram_quantile(0.7, buckets) == pytest.approx(3.0)
     assert histogram_quantile(0.99, buckets) == 4.0
     assert math.isnan(histogram_quantile(0.5, [(1.0, 0.0), (math.inf, 0.0)]))
+
+
+def test_rate_and_quantile_over_time_from_scrapes():
+    """A panel's line from scrapes, as PromQL computes it over a range: counter growth per second within the
+    window; the quantile of the buckets' growth."""
+    def scrape(t: float, tokens: float, fast: float, slow: float) -> Scrape:
+        return Scrape.parse(f"""# TYPE gen counter
+gen_total{{model_name="m"}} {tokens}
+# TYPE ttft histogram
+ttft_bucket{{le="0.1"}} {fast}
+ttft_bucket{{le="1.0"}} {fast + slow}
+ttft_bucket{{le="+Inf"}} {fast + slow}
+ttft_sum 0
+ttft_count {fast + slow}
+""", at=t)
+
+    scrapes = [scrape(0.0, 0, 0, 0), scrape(0.5, 10, 4, 0), scrape(1.0, 30, 4, 4), scrape(1.5, 30, 4, 4)]
+    t, v = over_time(scrapes, lambda a, b: rate(a, b, "gen_total", model_name="m"), window=1.0)
+    assert t == [0.5, 1.0, 1.5] and v == [20.0, 30.0, 20.0]  # (10-0)/0.5, (30-0)/1, (30-10)/1
+    t, v = over_time(scrapes, lambda a, b: histogram_quantile(0.5, bucket_increase(a, b, "ttft")), window=0.5)
+    assert v[0] == pytest.approx(0.05) and v[1] == pytest.approx(0.55) and math.isnan(v[2])
 
 
 # ---- the Grafana dashboard --------------------------------------------------------------------------------
