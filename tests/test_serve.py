@@ -150,11 +150,11 @@ def test_models_health_metrics(http, server):
     assert http.get(server.url.removesuffix("/v1") + "/health").json() == {"status": "ok"}
     http.post("/completions", json={"prompt": "hi", "max_tokens": 3})
     text = http.get(server.url.removesuffix("/v1") + "/metrics").text
-    for name in ("minfer_num_requests_running", "minfer_num_requests_waiting", "minfer_kv_blocks_used",
-                 "minfer_kv_blocks_free", "minfer_preemptions_total", "minfer_time_to_first_token_seconds_bucket",
-                 "minfer_inter_token_latency_seconds_bucket", "minfer_e2e_request_latency_seconds_bucket"):
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+                 "vllm:num_preemptions_total", "vllm:time_to_first_token_seconds_bucket",
+                 "vllm:inter_token_latency_seconds_bucket", "vllm:e2e_request_latency_seconds_bucket"):
         assert f"\n{name}{{" in text, name
-    finished = [line for line in text.splitlines() if line.startswith("minfer_requests_finished_total{")]
+    finished = [line for line in text.splitlines() if line.startswith("vllm:request_success_total{")]
     assert finished and all(float(line.rsplit(" ", 1)[1]) >= 1 for line in finished)
 
 

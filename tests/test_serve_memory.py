@@ -48,7 +48,7 @@ def test_rss_stays_flat_over_20000_served_requests(tiny):
                                     max_prefill_chunks_per_step=128, finished_window=1000, trace_window=200),
                        model=model, tokenizer=tok)
     loop = EngineLoop(engine)
-    metrics = ServerMetrics("tiny-random")
+    metrics = ServerMetrics("tiny-random", engine.max_model_len)
     loop.step_hooks.append(metrics.observe)
     rng = random.Random(0)
     reasons: dict[str, int] = {}

@@ -1,7 +1,8 @@
 """The HTTP front end: an OpenAI-compatible FastAPI app over one ``EngineLoop``.
 
     POST /v1/completions        POST /v1/chat/completions      (streaming with ``"stream": true``)
-    GET  /v1/models             GET  /health                   GET  /metrics   (Prometheus text)
+    GET  /v1/models             GET  /v1/models/{id}           GET  /health    GET /version
+    POST /tokenize              POST /detokenize               GET  /metrics   (Prometheus text, vLLM's names)
 
 A request's life here: read the body (at most ``max_body_bytes``), parse it (``protocol.py``: shape only),
 hand it to the loop, and wait for its **first output** before answering anything. Only then is the answer
@@ -21,7 +22,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
@@ -30,6 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
+import minfer
 from minfer.request import RequestOutput
 from minfer.serve.loop import EngineFailure, EngineLoop, ShuttingDown
 from minfer.serve.prometheus import ServerMetrics
@@ -37,12 +39,14 @@ from minfer.serve.protocol import (
     Generation,
     RequestError,
     chunk,
+    detokenize_answer,
     parse_chat,
     parse_completion,
     parse_json,
     refusal,
     response,
     sse,
+    tokenize_answer,
     usage_chunk,
 )
 
@@ -55,13 +59,16 @@ class ClientGone(Exception):
     """The client closed the connection before the answer was ready."""
 
 
-def create_app(loop: EngineLoop, served_model: str | None = None, *, max_body_bytes: int = MAX_BODY_BYTES,
-               retry_after: int = 1) -> FastAPI:
-    """The app serving ``loop.engine`` as ``served_model`` (default: the engine's model). The app's lifespan
-    starts and stops the loop. ``retry_after``: seconds a 429 answer asks the client to wait."""
+def create_app(loop: EngineLoop, served_model: str | Sequence[str] | None = None, *,
+               max_body_bytes: int = MAX_BODY_BYTES, retry_after: int = 1) -> FastAPI:
+    """The app serving ``loop.engine`` as ``served_model`` (default: the engine's model); several names are
+    aliases, the first the main one (see ``protocol.served_name``). The app's lifespan starts and stops the
+    loop. ``retry_after``: seconds a 429 answer asks the client to wait."""
     engine = loop.engine
-    model = served_model or engine.config.model
-    metrics = ServerMetrics(model)
+    names = (served_model,) if isinstance(served_model, str) else tuple(served_model or ())
+    names = names or (engine.config.model,)
+    model = names[0]
+    metrics = ServerMetrics(model, engine.max_model_len)
     loop.step_hooks.append(metrics.observe)
     ids = itertools.count()
     started = int(time.time())
@@ -81,6 +88,7 @@ def create_app(loop: EngineLoop, served_model: str | None = None, *, max_body_by
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:  # 404, 405 ...
+        # a wrong method keeps Starlette's Allow header (the methods the path takes): 405 invalid_request_error
         return error(RequestError(f"{exc.detail}: {request.method} {request.url.path}", status=exc.status_code,
                                   headers=dict(exc.headers or {})))
 
@@ -94,12 +102,44 @@ def create_app(loop: EngineLoop, served_model: str | None = None, *, max_body_by
         ok = loop.alive and loop.accepting
         return JSONResponse({"status": "ok" if ok else "unavailable"}, status_code=200 if ok else 503)
 
+    @app.get("/version")
+    async def version() -> dict[str, str]:
+        return {"version": minfer.__version__}
+
+    def card(name: str) -> dict[str, Any]:
+        vocab = engine.model.config.vocab_size if engine.model is not None else None
+        return {"id": name, "object": "model", "created": started, "owned_by": "minfer", "root": engine.config.model,
+                "parent": None, "max_model_len": engine.max_model_len, "vocab_size": vocab}
+
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        vocab = engine.model.config.vocab_size if engine.model is not None else None
-        return {"object": "list", "data": [{"id": model, "object": "model", "created": started, "owned_by": "minfer",
-                                            "root": engine.config.model, "max_model_len": engine.max_model_len,
-                                            "vocab_size": vocab}]}
+        return {"object": "list", "data": [card(name) for name in names]}
+
+    @app.get("/v1/models/{model_id:path}")  # ids may hold slashes (org/model)
+    async def one_model(model_id: str) -> Response:
+        if model_id not in names:
+            return error(RequestError.unknown_model(model_id, names))
+        return JSONResponse(card(model_id))
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request) -> Response:
+        try:
+            body = parse_json(await read_body(request, max_body_bytes))
+            return JSONResponse(tokenize_answer(body, names, engine.tokenizer, engine.max_model_len))
+        except RequestError as e:
+            return error(e)
+        except ClientGone:
+            return Response(status_code=499)
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request) -> Response:
+        try:
+            body = parse_json(await read_body(request, max_body_bytes))
+            return JSONResponse(detokenize_answer(body, names, engine.tokenizer))
+        except RequestError as e:
+            return error(e)
+        except ClientGone:
+            return Response(status_code=499)
 
     @app.get("/metrics")
     async def prometheus() -> Response:
@@ -118,8 +158,8 @@ def create_app(loop: EngineLoop, served_model: str | None = None, *, max_body_by
         created = int(time.time())
         try:
             body = parse_json(await read_body(request, max_body_bytes))
-            gen = parse_completion(body, model) if kind == "completion" else \
-                parse_chat(body, model, engine.max_model_len)
+            gen = parse_completion(body, names) if kind == "completion" else \
+                parse_chat(body, names, engine.max_model_len)
             rid = f"{'cmpl' if kind == 'completion' else 'chatcmpl'}-{next(ids)}"
             outputs = loop.generate(rid, gen.prompt, gen.params, messages=gen.messages, priority=gen.priority,
                                     tenant=gen.tenant, fill_max_tokens=gen.fill_max_tokens, arrival=arrival)
@@ -131,7 +171,7 @@ def create_app(loop: EngineLoop, served_model: str | None = None, *, max_body_by
                 return StreamingResponse(stream(gen, rid, created, first, outputs), media_type="text/event-stream",
                                          headers={"Cache-Control": "no-cache", "X-Request-Id": rid})
             final = await until_disconnect(request, last(first, outputs))
-            return JSONResponse(response(gen, rid, created, model, final.outputs[0].text, final),
+            return JSONResponse(response(gen, rid, created, gen.model, final.outputs[0].text, final),
                                 headers={"X-Request-Id": rid})
         except RequestError as e:
             return error(e)
@@ -150,16 +190,16 @@ def create_app(loop: EngineLoop, served_model: str | None = None, *, max_body_by
         # then aborts the request
         async with contextlib.aclosing(outputs):  # type: ignore[type-var]
             final = first
-            yield sse(chunk(gen, rid, created, model, first, first=True))
+            yield sse(chunk(gen, rid, created, gen.model, first, first=True))
             try:
                 async for out in outputs:
                     final = out
-                    yield sse(chunk(gen, rid, created, model, out, first=False))
+                    yield sse(chunk(gen, rid, created, gen.model, out, first=False))
             except EngineFailure as e:
                 yield sse(RequestError(str(e), status=500, code="error").body())
             else:
                 if gen.include_usage:
-                    yield sse(usage_chunk(gen, rid, created, model, final))
+                    yield sse(usage_chunk(gen, rid, created, gen.model, final))
             yield sse("[DONE]")
 
     return app

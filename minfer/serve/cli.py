@@ -32,7 +32,9 @@ def parser() -> argparse.ArgumentParser:
     server.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine "
                         "only; 0.0.0.0 serves the network)")
     server.add_argument("--port", type=int, default=8000)
-    server.add_argument("--served-model-name", default=None, help="the name clients ask for (default: --model)")
+    server.add_argument("--served-model-name", nargs="+", default=None, metavar="NAME",
+                        help="the names clients may ask for (default: --model); answers report the name asked "
+                             "for, or the first when a request names none")
     server.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES, help="larger bodies get 413")
     server.add_argument("--retry-after", type=int, default=1, help="seconds a 429 answer asks clients to wait")
     server.add_argument("--shutdown-timeout", type=float, default=5.0,
@@ -82,7 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          access_log=not args.no_access_log, max_body_bytes=args.max_body_bytes,
                          retry_after=args.retry_after)
     pool = engine.block_pool
-    print(f"minfer: serving {args.served_model_name or config.model!r} ({config.device}, "
+    names = args.served_model_name or [config.model]
+    print(f"minfer: serving {', '.join(map(repr, names))} ({config.device}, "
           f"{pool.num_blocks} KV blocks of {pool.block_size} tokens, max_model_len {engine.max_model_len}) "
           f"at http://{args.host}:{args.port}/v1 -- Ctrl+C stops", flush=True)
     try:

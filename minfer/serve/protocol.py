@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,18 +36,24 @@ REFUSED = ("rejected", "timeout")  # finished by the engine before they ran: the
 class RequestError(Exception):
     """An answer other than 200, with OpenAI's error body: ``{"error": {"message", "type", "param", "code"}}``."""
 
-    TYPES = {400: "invalid_request_error", 404: "not_found_error", 413: "invalid_request_error",
-             429: "rate_limit_error", 500: "server_error", 503: "server_error"}
+    TYPES = {400: "invalid_request_error", 404: "not_found_error", 405: "invalid_request_error",
+             413: "invalid_request_error", 429: "rate_limit_error", 500: "server_error", 503: "server_error"}
 
     def __init__(self, message: str, *, status: int = 400, param: str | None = None, code: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None, error_type: str | None = None) -> None:
         super().__init__(message)
         self.message, self.status, self.param, self.code = message, status, param, code
         self.headers = headers or {}
+        self.type = error_type or self.TYPES.get(status, "server_error")
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.TYPES.get(self.status, "server_error"),
-                          "param": self.param, "code": self.code}}
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    @classmethod
+    def unknown_model(cls, model: str, served: Sequence[str]) -> RequestError:
+        """404 as OpenAI answers it: ``invalid_request_error``, code ``model_not_found``."""
+        return cls(f"The model `{model}` does not exist: this server serves {', '.join(map(repr, served))}",
+                   status=404, param="model", code="model_not_found", error_type="invalid_request_error")
 
     @classmethod
     def from_engine(cls, err: Exception) -> RequestError:
@@ -69,6 +76,7 @@ class Generation:
     priority: Any = 0  # validated by the engine
     tenant: Any = None
     fill_max_tokens: bool = False  # max_tokens not given (chat): up to the context length the prompt leaves
+    model: str = ""  # the name the answer reports (see ``served_name``)
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:
@@ -91,12 +99,22 @@ def _typed(body: dict[str, Any], name: str, kind: type, what: str) -> Any:
     return value
 
 
-def _common(body: dict[str, Any], kind: str, served_model: str, default_max_tokens: int) -> Generation:
-    """The fields completions and chat share."""
+def served_name(body: dict[str, Any], served: str | Sequence[str]) -> str:
+    """vLLM's rule for the ``model`` field: it may be left out (or empty), which means the first served name;
+    otherwise it must be one of the served names (``--served-model-name`` takes several, aliases of one model),
+    and the answer reports the name the client asked for. Anything else is a 404."""
+    names = (served,) if isinstance(served, str) else tuple(served)
     model = _typed(body, "model", str, "a string")
-    if model is not None and model != served_model:
-        raise RequestError(f"model {model!r} is not served here; this server serves {served_model!r}",
-                           status=404, param="model", code="model_not_found")
+    if not model:
+        return names[0]
+    if model not in names:
+        raise RequestError.unknown_model(model, names)
+    return model
+
+
+def _common(body: dict[str, Any], kind: str, served: str | Sequence[str], default_max_tokens: int) -> Generation:
+    """The fields completions and chat share."""
+    model = served_name(body, served)
     n = body.get("n")
     if n is not None and (n != 1 or isinstance(n, bool)):
         raise RequestError(f"n must be 1: minfer generates one sequence per request, got {json.dumps(n)[:40]}",
@@ -128,12 +146,12 @@ def _common(body: dict[str, Any], kind: str, served_model: str, default_max_toke
     except (TypeError, ValueError) as e:
         raise RequestError.from_engine(e) from None
     priority = body.get("priority")
-    return Generation(kind, params, stream=stream, include_usage=include_usage,
+    return Generation(kind, params, model=model, stream=stream, include_usage=include_usage,
                       priority=0 if priority is None else priority, tenant=tenant,
                       fill_max_tokens=fill and kind == "chat")
 
 
-def parse_completion(body: dict[str, Any], served_model: str) -> Generation:
+def parse_completion(body: dict[str, Any], served_model: str | Sequence[str]) -> Generation:
     """``POST /v1/completions``: ``prompt`` is a string or a list of token ids (or a list of one of either)."""
     gen = _common(body, "completion", served_model, default_max_tokens=16)  # OpenAI's default for completions
     if "prompt" not in body:
@@ -149,7 +167,7 @@ def parse_completion(body: dict[str, Any], served_model: str) -> Generation:
     return gen
 
 
-def parse_chat(body: dict[str, Any], served_model: str, max_model_len: int) -> Generation:
+def parse_chat(body: dict[str, Any], served_model: str | Sequence[str], max_model_len: int) -> Generation:
     """``POST /v1/chat/completions``: ``messages`` is a non-empty list of ``{"role", "content"}``; content is a
     string or a list of text parts. Without ``max_tokens`` a reply may run to the model's context length."""
     gen = _common(body, "chat", served_model, default_max_tokens=max_model_len)  # lowered at add, see fill_max_tokens
@@ -250,3 +268,53 @@ def sse(data: dict | str) -> bytes:
     # BEGIN EXERCISE E12.3
     return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode()
     # END EXERCISE
+
+
+# ---- /tokenize and /detokenize (vLLM's endpoints, its request and response shapes) ------------------------
+def tokenize_answer(body: dict[str, Any], served: Sequence[str], tokenizer: Any, max_model_len: int) -> dict:
+    """``POST /tokenize``: ``{"prompt": str}`` or ``{"messages": [...]}`` (rendered by the chat template, as a chat
+    request would be) → ``{"count", "max_model_len", "tokens", "token_strs"}``. The ids are the ones the engine
+    would run for the same text: a client counts its tokens against ``max_model_len`` before it sends."""
+    served_name(body, served)
+    if tokenizer is None:
+        raise RequestError("this engine has no tokenizer (simulator)", param="prompt")
+    as_strings = bool(_typed(body, "return_token_strs", bool, "true or false"))
+    if "messages" in body:
+        messages = body["messages"]
+        if not isinstance(messages, list) or not messages:
+            raise RequestError("messages must be a non-empty list of {\"role\": ..., \"content\": ...} objects",
+                               param="messages")
+        if _typed(body, "add_generation_prompt", bool, "true or false") is False:
+            raise RequestError("add_generation_prompt: minfer's chat template always adds it", param="messages")
+        try:
+            ids = list(tokenizer.apply_chat_template([_message(m, i) for i, m in enumerate(messages)]))
+        except RequestError:
+            raise
+        except Exception as e:
+            raise RequestError(f"messages: the chat template refused them: {e}", param="messages") from None
+    else:
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            raise RequestError("prompt (a string) or messages is required", param="prompt")
+        specials = _typed(body, "add_special_tokens", bool, "true or false")
+        hf = getattr(tokenizer, "hf", None)  # only a Hugging Face tokenizer adds special tokens of its own
+        ids = list(hf.encode(prompt, add_special_tokens=False)) if specials is False and hf is not None \
+            else list(tokenizer.encode(prompt))
+    strs = None
+    if as_strings:
+        hf = getattr(tokenizer, "hf", None)
+        strs = list(hf.convert_ids_to_tokens(ids)) if hf is not None else [tokenizer.decode([i]) for i in ids]
+    return {"count": len(ids), "max_model_len": max_model_len, "tokens": ids, "token_strs": strs}
+
+
+def detokenize_answer(body: dict[str, Any], served: Sequence[str], tokenizer: Any) -> dict:
+    """``POST /detokenize``: ``{"tokens": [ids]}`` → ``{"prompt": text}``."""
+    served_name(body, served)
+    if tokenizer is None:
+        raise RequestError("this engine has no tokenizer (simulator)", param="tokens")
+    ids = body.get("tokens")
+    vocab = tokenizer.vocab_size
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocab
+                                            for i in ids):
+        raise RequestError(f"tokens must be a list of token ids in [0, {vocab})", param="tokens")
+    return {"prompt": tokenizer.decode(ids)}

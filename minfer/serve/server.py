@@ -3,14 +3,21 @@
 Both stop the same way, gracefully: no new connections; the requests in flight get ``shutdown_timeout``
 seconds to finish; whatever is still running then is aborted -- its client receives a last event with
 finish reason ``"abort"`` and ``[DONE]``, not a cut connection -- and the engine loop stops. On the command
-line Ctrl+C (SIGINT) or SIGTERM starts this; a second Ctrl+C quits at once.
+line Ctrl+C (SIGINT) or SIGTERM starts this; a second Ctrl+C quits at once, without waiting for the drain:
+exit status 130 (the shell's "ended by SIGINT"), one line on stderr, no traceback.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import signal
 import socket
+import sys
 import threading
 import time
+from collections.abc import Sequence
+from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -18,6 +25,7 @@ import uvicorn
 from minfer.serve.app import create_app
 from minfer.serve.loop import EngineLoop
 
+log = logging.getLogger("minfer.serve")
 
 class Server(uvicorn.Server):
     """uvicorn's server, draining the engine's requests before it closes connections."""
@@ -32,8 +40,23 @@ class Server(uvicorn.Server):
         await self.engine_loop.drain(self.shutdown_timeout)
         await super().shutdown(sockets)
 
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        """The signal handler (main thread only). The first Ctrl+C starts the drain; the second ends the
+        process now -- ``os._exit``, because the engine's worker thread may be inside a forward pass that
+        nothing can interrupt, and a normal exit would wait for it."""
+        if self.should_exit and sig == signal.SIGINT:
+            sys.stderr.write("minfer: second Ctrl+C: quitting now, without draining\n")
+            sys.stderr.flush()
+            sys.stdout.flush()
+            os._exit(130)
+        if not self.should_exit:
+            log.info("draining requests in flight for up to %s s (Ctrl+C again quits at once)",
+                     self.shutdown_timeout)
+        super().handle_exit(sig, frame)
 
-def make_server(engine: Any, host: str = "127.0.0.1", port: int = 8000, *, served_model: str | None = None,
+
+def make_server(engine: Any, host: str = "127.0.0.1", port: int = 8000, *,
+                served_model: str | Sequence[str] | None = None,
                 shutdown_timeout: float = 5.0, log_level: str = "info", access_log: bool = True,
                 **app_options: Any) -> Server:
     """An ``EngineLoop`` over ``engine``, the app over the loop, and the uvicorn server over the app."""
