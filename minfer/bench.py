@@ -4,6 +4,7 @@
     python -m minfer.bench --sim H100-SXM --model llama-3-8b --workload poisson --rate 40 -n 2000 \\
         --config small:max_num_seqs=32 --config large:max_num_seqs=256 --slo-ttft 1 --slo-tpot 0.05
     python -m minfer.bench --scale                  # how fast the simulator itself runs
+    python -m minfer.bench --sweep [--endpoint URL | --sim H100-SXM]   # a capacity report (minfer.capacity)
 
 A *system* is a name and a runner: a function that takes a workload (a list of ``WorkItem``) and returns
 either a ``minfer.metrics.Summary`` (engines: every latency metric) or ``(output_tokens, seconds)``
@@ -48,6 +49,15 @@ import torch
 
 from minfer import peers
 from minfer.baselines import hf_continuous_system, hf_static_system, minfer_static_system
+from minfer.capacity import (
+    DEFAULT_RATES,
+    DEFAULT_SLO,
+    SLO_TARGET,
+    CapacityReport,
+    capacity_figure,
+    capacity_sweep,
+    sweep_workload,
+)
 from minfer.config import EngineConfig, option_value
 from minfer.cpu_malloc import keep_freed_memory
 from minfer.engine import OFFLINE_DEFAULTS
@@ -535,6 +545,47 @@ def print_speculative_copy(rows: list[SpecSpeed], spec: dict[str, Any]) -> None:
               f"{r.stats.acceptance_rate:>8.0%}  {r.stats.mean_acceptance_length:>11.2f}  {r.same_tokens}")
 
 
+# ---- capacity: the highest rate that meets the SLOs (minfer.capacity) ---------------------------------------------
+SIM_RATES = (2.0, 4.0, 8.0, 16.0, 32.0, 64.0)  # a simulated GPU takes tens of requests a second
+
+
+def sweep_main(args: argparse.Namespace, runners: dict[str, Runner], slo: SLO) -> list[CapacityReport]:
+    """``--sweep``: each runner's capacity report, printed row by row as each rate lands, then JSON and figure."""
+    if args.rates:
+        rates = [float(r) for r in args.rates.split(",")]
+    else:
+        rates = list(SIM_RATES if args.sim else DEFAULT_RATES)
+    n = args.num_requests or (200 if args.sim else 24)
+    workload = sweep_workload(n, seed=args.seed) if not args.sim else sweep_workload(n, 256, 128, args.seed)
+    print(f"capacity sweep: {n} requests a rate (Poisson, seed {args.seed}), rates {rates} requests/s")
+    reports = []
+    for name, run in runners.items():
+        print(CapacityReport(name, slo, SLO_TARGET, ()).table().splitlines()[1])  # the header; rows as they land
+        report = capacity_sweep(_latencies(run, name), workload, slo, rates, system=name, echo=print)
+        print(report.table() + "\n")
+        reports.append(report)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"requests_per_rate": n, "seed": args.seed, "versions": versions(),
+                       "reports": [r.to_dict() for r in reports]}, f, indent=2)
+    if args.figure:
+        capacity_figure(reports).write_html(args.figure, include_plotlyjs="cdn")
+        print(f"figure: {args.figure}")
+    return reports
+
+
+def _latencies(run: Runner, name: str) -> Callable[[list[WorkItem]], Summary]:
+    """``run`` as the sweep needs it: a runner that reports latencies (a baseline that reports only throughput
+    cannot be swept)."""
+    def summary(workload: list[WorkItem]) -> Summary:
+        result = run(workload)
+        if not isinstance(result, Summary):
+            raise SystemExit(f"{name} reports only throughput, not latencies: it cannot be swept for capacity")
+        return result
+
+    return summary
+
+
 def main(argv: Sequence[str] | None = None) -> list[Result]:
     p = argparse.ArgumentParser(prog="python -m minfer.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--workload", default=None, help="mixed | uniform | poisson | burst | spike | PATH.jsonl "
@@ -571,6 +622,13 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
                    "(weights='dtype', 'int8', 'q4') beside its bytes-over-bandwidth bound")
     p.add_argument("--speculative", nargs="?", const=5, type=int, metavar="K", help="the copy task at batch 1, 4 "
                    "and 16 with and without speculative decoding (prompt lookup, K guesses a step; default 5)")
+    p.add_argument("--sweep", action="store_true", help="a capacity report (minfer.capacity): the same seeded Poisson "
+                   "workload at rising rates, per rate throughput, TTFT/ITL p50/p99 and goodput under the SLOs "
+                   "(default: TTFT 1 s, TPOT 0.1 s), then the highest rate where 90%% met them; on the real model, "
+                   "--sim, or --endpoint; -n requests a rate (default 24, 200 with --sim)")
+    p.add_argument("--rates", default=None, metavar="R1,R2,...", help="with --sweep: the offered rates, requests/s "
+                   f"(default {','.join(map(str, DEFAULT_RATES))}; with --sim {','.join(map(str, SIM_RATES))})")
+    p.add_argument("--figure", default=None, metavar="PATH.html", help="with --sweep: also write the plotly figure")
     args = p.parse_args(argv)
 
     if args.list:
@@ -602,6 +660,8 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)  # what the peers read (vLLM's process inherits it)
     limits = (args.slo_ttft, args.slo_tpot, args.slo_e2e)
     slo = SLO(*limits) if any(x is not None for x in limits) else None
+    if args.sweep and slo is None:
+        slo = DEFAULT_SLO
     workload = build_workload(args) if args.workload else readme_workload(args.seed)
     base: dict[str, Any] = {}
     if args.sim:
@@ -626,6 +686,12 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
 
         runners[f"client of {args.endpoint}"] = endpoint_runner(args.endpoint, slo, model=args.model, api=args.api,
                                                                 vocab_size=args.vocab_size, seed=args.seed)
+    if args.sweep:
+        if not runners:  # this machine's engine as LLM() builds it
+            runners = {"minfer LLM() defaults": engine_runner(EngineConfig(**OFFLINE_DEFAULTS), slo, args.seed)}
+        assert slo is not None
+        sweep_main(args, runners, slo)
+        return []
     if not runners:  # the README benchmark
         runners = {name: SYSTEMS[name].run for name in DEFAULT_SYSTEMS if name in SYSTEMS}
     prompt = sum(w.prompt_len for w in workload)

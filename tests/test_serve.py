@@ -483,3 +483,17 @@ def test_bench_endpoint_prints_the_client_row(server, capsys):
     s = results[0].summary
     assert s.num_requests == 3 and s.finish_reasons == {"length": 3} and s.slo_attainment is not None
     assert f"client of {server.url}" in capsys.readouterr().out
+
+
+def test_bench_sweep_reports_the_capacity_of_an_endpoint(server, tmp_path, capsys):
+    """The capacity report drives a server from outside like any other runner: every rate's requests come back,
+    every one met SLOs this loose, and the JSON holds the rows the table printed."""
+    from minfer.bench import main
+
+    path = tmp_path / "capacity.json"
+    main(["--sweep", "--endpoint", server.url, "-n", "4", "--rates", "2,8", "--slo-ttft", "60", "--json", str(path)])
+    report = json.loads(path.read_text())["reports"][0]
+    assert report["system"] == f"client of {server.url}" and report["capacity"] == 8.0
+    assert [p["rate"] for p in report["points"]] == [2.0, 8.0]
+    assert all(p["slo_attainment"] == 1.0 and p["request_throughput"] > 0 for p in report["points"])
+    assert "capacity: 8 requests/s" in capsys.readouterr().out
