@@ -158,8 +158,9 @@ def phase_marker(phase: str, hues: Sequence[str]) -> dict:
 def guess_marker(kind: str, hues: Sequence[str]) -> dict:
     """Bar marker for a decode's ``accepted`` or ``rejected`` guesses, over bars in their request's hue."""
     if kind == "accepted":
+        # bgcolor named, not left to default to the marker's colour: a legend swatch would draw it white
         return dict(color=list(hues), line=dict(color=list(hues), width=0.5),
-                    pattern=dict(shape="-", fgcolor="white", fgopacity=0.9, size=5, solidity=0.7))
+                    pattern=dict(shape="-", fgcolor="white", bgcolor=list(hues), fgopacity=0.9, size=5, solidity=0.7))
     if kind == "rejected":
         return dict(color=[rgba(h, REJECTED_FILL) for h in hues], line=dict(color=list(hues), width=1.5),
                     pattern=dict(shape="\\", fgcolor=list(hues), fgopacity=0.9, size=6, solidity=0.15))
