@@ -5,6 +5,9 @@ Two views over ``list[StepTrace]``:
 * **tokens per step** -- one bar per (step, request) in the request's hue, stacked: decode tokens (one
   per running request, solid) at the bottom, prompt chunks on top, hatched. Continuous batching shows as a
   step mixing hues; chunked prefill as a prompt spread over several steps, each under the token budget.
+  With speculative decoding a decode that verified guesses grows: its verified token (solid), then the
+  guesses it kept (striped), then those it threw away (hollow) -- ``StepTrace.draft_tokens`` and
+  ``accepted_tokens``, per request. The pass computed every one of them; only the kept ones became output.
 * **timeline** -- a Gantt chart, one row per request in its hue, its phase as a pattern: waiting (hollow),
   stalled (holds blocks but got no budget this step; dotted), prefill (hatched), decode (solid), preempted
   (lost its blocks, queued to recompute; crossed red), and a mark where it finished.
@@ -29,6 +32,8 @@ from minfer.viz.style import (
     ColorMap,
     as_figure,
     figure,
+    guess_legend,
+    guess_marker,
     phase_legend,
     phase_marker,
     request_legend,
@@ -62,44 +67,86 @@ class BatchData:
     prefill: Bars
     decode: Bars
     steps: list[int]  # step numbers drawn
-    totals: list[int]  # tokens computed per step (the bar heights)
+    totals: list[int]  # tokens computed per step (the bar heights), guesses included
+    accepted: Bars = field(default_factory=Bars)  # guesses kept, on their decode's token (position: the first)
+    rejected: Bars = field(default_factory=Bars)  # guesses thrown away, on the kept ones
+    guesses: dict[tuple[int, str], tuple[int, int]] = field(default_factory=dict)  # (step, request) → (guessed,
+    # accepted): every decode that verified guesses, even if it kept none or all of them
+
+    @property
+    def speculative(self) -> bool:
+        """Some decode drawn verified guesses: the chart needs the guesses' legend (and only then)."""
+        return bool(self.guesses)
 
 
 def batch_data(trace: Sequence[StepTrace]) -> BatchData:
-    """One bar per (step, request) that computed tokens, decodes stacked under prefill chunks."""
-    prefill, decode = Bars(), Bars()
+    """One bar per (step, request) that computed tokens, decodes stacked under prefill chunks; a decode's
+    guesses, if it had any, stacked on its token: the accepted ones, then the rejected ones."""
+    prefill, decode, accepted, rejected = Bars(), Bars(), Bars(), Bars()
+    guesses: dict[tuple[int, str], tuple[int, int]] = {}
     for t in trace:
         base = 0
         for rid, n in t.decode_tokens.items():
-            decode.add(t.step, rid, base, n, t.positions.get(rid, 0))
+            at = t.positions.get(rid, 0)
+            decode.add(t.step, rid, base, n, at)
             base += n
+            k = t.draft_tokens.get(rid, 0)
+            if not k:
+                continue
+            a = t.accepted_tokens.get(rid, 0)
+            guesses[t.step, rid] = (k, a)
+            for bars, count, first in ((accepted, a, at + n), (rejected, k - a, at + n + a)):
+                if count:
+                    bars.add(t.step, rid, base, count, first)
+                    base += count
         for rid, n in t.prefill_tokens.items():
             prefill.add(t.step, rid, base, n, t.positions.get(rid, 0))
             base += n
-    return BatchData(prefill, decode, [t.step for t in trace], [t.num_tokens for t in trace])
+    totals = [t.num_tokens + sum(t.draft_tokens.values()) for t in trace]
+    return BatchData(prefill, decode, [t.step for t in trace], totals, accepted, rejected, guesses)
 
 
-def _bars(bars: Bars, colors: ColorMap, phase: str) -> dict:
-    if phase == "prefill":
-        hover = [f"step {s} · {r}: prompt tokens {p}–{p + n - 1} ({n})"
-                 for s, r, p, n in zip(bars.step, bars.request, bars.position, bars.tokens)]
-    else:
-        hover = [f"step {s} · {r}: decode, token {p}" for s, r, p in zip(bars.step, bars.request, bars.position)]
-    return dict(type="bar", name=phase, x=bars.step, y=bars.tokens, base=bars.base, hovertext=hover,
-                hoverinfo="text", showlegend=False, marker=phase_marker(phase, [colors(r) for r in bars.request]))
+def _guessed(d: BatchData, step: int, request: str) -> str:
+    """' · 5 guessed, 3 accepted' for a decode that verified guesses (empty for one that did not)."""
+    g = d.guesses.get((step, request))
+    return f" · {g[0]} guessed, {g[1]} accepted" if g else ""
+
+
+def _bars(d: BatchData, colors: ColorMap, part: str) -> dict:
+    """One bar trace: ``part`` is a phase (decode, prefill) or a kind of guess (accepted, rejected)."""
+    bars: Bars = getattr(d, part)
+    rows = list(zip(bars.step, bars.request, bars.position, bars.tokens))
+    hues = [colors(r) for r in bars.request]
+    if part == "prefill":
+        hover = [f"step {s} · {r}: prompt tokens {p}–{p + n - 1} ({n})" for s, r, p, n in rows]
+    elif part == "decode":
+        hover = [f"step {s} · {r}: decode, token {p}" + (" (verified)" + _guessed(d, s, r) if (s, r) in d.guesses
+                                                          else "") for s, r, p, _ in rows]
+    else:  # a decode's guesses, at positions p .. p + n - 1
+        what = "kept" if part == "accepted" else "rolled back"
+        hover = [f"step {s} · {r}: {part} guesses, position{f's {p}–{p + n - 1}' if n > 1 else f' {p}'} ({what})"
+                 f"{_guessed(d, s, r)}" for s, r, p, n in rows]
+    marker = phase_marker(part, hues) if part in PHASES else guess_marker(part, hues)
+    return dict(type="bar", name=part, x=bars.step, y=bars.tokens, base=bars.base, hovertext=hover,
+                hoverinfo="text", showlegend=False, marker=marker)
 
 
 def batch_figure(trace: Sequence[StepTrace], colors: ColorMap | None = None, scale: float = 1.0,
                  legend: bool = True, height: int = 300) -> dict:
     """Tokens per step as plotly JSON: one bar per (step, request) in the request's hue, decode solid at
-    the bottom, prompt chunks hatched on top. ``legend``: the phase and request swatches (the dashboard
-    draws its own legend once, above all views)."""
+    the bottom, prompt chunks hatched on top; with speculative decoding a decode's accepted guesses (striped)
+    and rejected ones (hollow) on its token, as two more traces -- which a run without guesses does not have.
+    ``legend``: the phase (and guess) and request swatches (the dashboard draws its own legend once, above all
+    views)."""
     colors = colors or ColorMap()
     d = batch_data(trace)
-    data = [_bars(d.decode, colors, "decode"), _bars(d.prefill, colors, "prefill")]
+    data = [_bars(d, colors, "decode"), _bars(d, colors, "prefill")]
+    if d.speculative:
+        data += [_bars(d, colors, "accepted"), _bars(d, colors, "rejected")]
     if legend:
         seen = list(dict.fromkeys(d.decode.request + d.prefill.request))
-        data += phase_legend(["decode", "prefill"]) + request_legend(colors, sorted(seen, key=seen.index))
+        data += guess_legend() + phase_legend(["prefill"]) if d.speculative else phase_legend(["decode", "prefill"])
+        data += request_legend(colors, sorted(seen, key=seen.index))
     first, last = (d.steps[0], d.steps[-1]) if d.steps else (0, 9)
     layout = dict(barmode="overlay", height=scaled_height(height, scale), showlegend=legend,
                   title=dict(text="Tokens per step"), margin=dict(l=60, r=20, t=round((45 + 30 * legend) * scale),

@@ -27,8 +27,10 @@ from minfer.viz.queues import queue_figure
 from minfer.viz.recorder import Recording
 from minfer.viz.style import (
     ALARM,
+    GUESS_LABELS,
     PHASE_COLORS,
     PHASE_LABELS,
+    REJECTED_FILL,
     STALLED_FILL,
     WAITING_FILL,
     ColorMap,
@@ -129,7 +131,8 @@ def dashboard_frame(rec: Recording, index: int, colors: ColorMap, options: Frame
             "layout": options.layout, "views": views,
             "status": status_html(rec, index, state, extra),
             "narration": narration_html(trace[-1] if trace else None, colors),
-            "legend": legend_html(colors, seen, request_info(trace))}
+            "legend": legend_html(colors, seen, request_info(trace),
+                                  speculative=any(t.draft_tokens for t in shown))}
 
 
 def status_html(rec: Recording, index: int, state: str = "", extra: str = "") -> str:
@@ -141,9 +144,11 @@ def status_html(rec: Recording, index: int, state: str = "", extra: str = "") ->
     preempted = sum(len(s.preempted) for s in rec.trace[: index + 1])
     finished = sum(len(s.finished) for s in rec.trace[: index + 1])
     used = t.num_blocks - t.num_free_blocks
+    guessed = (f", {sum(t.draft_tokens.values())} guessed, {sum(t.accepted_tokens.values())} accepted"
+               if t.draft_tokens else "")
     return (f"<b>step {t.step}</b> (steps {rec.trace[0].step}–{rec.trace[-1].step}) · engine clock "
             f"{t.end_time:.3f} s · batch {t.batch_size} ({t.num_prefill_tokens} prefill + {t.num_decode_tokens} "
-            f"decode tokens) · running {t.num_running} · waiting {t.num_waiting} · finished {finished} · "
+            f"decode tokens{guessed}) · running {t.num_running} · waiting {t.num_waiting} · finished {finished} · "
             f"preemptions {preempted} · blocks {used}/{t.num_blocks}{tail}{more}")
 
 
@@ -213,16 +218,32 @@ PHASE_SWATCHES = {
     "preempted": f"background:{rgba(ALARM, 0.18)} repeating-linear-gradient(45deg,{ALARM} 0 1.5px,transparent "
                  f"1.5px 5px);border:1.5px solid {ALARM}",
 }
+_DARK = PHASE_COLORS["decode"]
+GUESS_SWATCHES = {  # style.guess_marker's patterns in the decode's grey: shown only when a guess is on screen
+    "accepted": f"background:{_DARK} repeating-linear-gradient(0deg,rgba(255,255,255,0.8) 0 1.5px,transparent "
+                "1.5px 5px)",
+    "rejected": f"background:{rgba(_DARK, REJECTED_FILL)} repeating-linear-gradient(45deg,{rgba(_DARK, 0.6)} 0 1px,"
+                f"transparent 1px 5px);border:1.5px solid {_DARK}",
+}
+
+
+def _entry(style: str, label: str) -> str:
+    return f"<span class='minfer-chip'>{_swatch(style)}<span>{html.escape(label)}</span></span>"
 
 
 def legend_html(colors: ColorMap, requests: list[str], info: dict[str, str] | None = None,
-                limit: int = 32) -> str:
+                limit: int = 32, speculative: bool = False) -> str:
     """One legend for every view: phases by pattern, requests as chips of their hue (with tenant and priority
     if set); past ``limit`` requests (as many as there are distinct hues), a count (hover and labels still
-    name every request)."""
+    name every request). ``speculative``: guesses are on screen -- the decode swatch is then the verified
+    token, followed by the accepted and rejected guesses' swatches (without guesses, the legend has none)."""
     chips = ["<span class='minfer-legend-title'>phase</span>"]
-    chips += [f"<span class='minfer-chip'>{_swatch(style)}<span>{html.escape(PHASE_LABELS[p])}</span></span>"
-              for p, style in PHASE_SWATCHES.items()]
+    for p, style in PHASE_SWATCHES.items():
+        if p == "decode" and speculative:
+            chips.append(_entry(style, GUESS_LABELS["verified"]))
+            chips += [_entry(guess, GUESS_LABELS[g]) for g, guess in GUESS_SWATCHES.items()]
+        else:
+            chips.append(_entry(style, PHASE_LABELS[p]))
     if requests:
         chips.append("<span class='minfer-legend-title'>requests</span>")
     for rid in requests[:limit]:

@@ -56,6 +56,17 @@ PHASE_LABELS = {"waiting": "waiting", "stalled": "holds blocks, no budget", "pre
                 "decode": "decode (solid)", "preempted": "preempted (crossed)"}
 ALARM = PHASE_COLORS["preempted"]
 
+# Speculative decoding splits a decode's bar in the tokens-per-step chart: the verified token (the decode's own,
+# solid), then the guesses the model kept and those it threw away. They are parts of a decode, not phases of a
+# request's life (the timeline never shows them), so they have their own names -- and, like the phases, patterns
+# over the request's hue: kept guesses are tokens like the decode's (full hue, striped across like a stack of
+# tokens), rejected ones were computed and rolled back (hollow: a faint tint inside the outline, hatched the other
+# way from prefill). Not red: a wrong guess costs a row of arithmetic, not a request's blocks.
+GUESSES = ("accepted", "rejected")
+GUESS_LABELS = {"verified": "decode: the verified token (solid)", "accepted": "accepted guesses (striped)",
+                "rejected": "rejected guesses (hollow)"}
+REJECTED_FILL = 0.2  # a rejected guess's tint of its request's hue: present, and plainly not a kept token
+
 # Saturated hues, far from the greys and from red, and from each other (a test checks the distances). The
 # first twelve are hand-picked; the other twenty were picked one at a time as the colour farthest (CIE L*a*b*)
 # from every colour before it, among those of medium lightness (L* 30-76) and clear chroma (35-80) that keep
@@ -144,6 +155,18 @@ def phase_marker(phase: str, hues: Sequence[str]) -> dict:
     return dict(color=list(hues), line=dict(color=list(hues), width=0.5))  # decode: solid
 
 
+def guess_marker(kind: str, hues: Sequence[str]) -> dict:
+    """Bar marker for a decode's ``accepted`` or ``rejected`` guesses, over bars in their request's hue."""
+    if kind == "accepted":
+        # bgcolor named, not left to default to the marker's colour: a legend swatch would draw it white
+        return dict(color=list(hues), line=dict(color=list(hues), width=0.5),
+                    pattern=dict(shape="-", fgcolor="white", bgcolor=list(hues), fgopacity=0.9, size=5, solidity=0.7))
+    if kind == "rejected":
+        return dict(color=[rgba(h, REJECTED_FILL) for h in hues], line=dict(color=list(hues), width=1.5),
+                    pattern=dict(shape="\\", fgcolor=list(hues), fgopacity=0.9, size=6, solidity=0.15))
+    raise ValueError(f"kind must be one of {GUESSES}, got {kind!r}")
+
+
 def legend_entry(name: str, marker: dict, group: str | None = None) -> dict:
     """A legend-only bar trace: the legend shows exactly this swatch, not the first bar of a data trace
     (whose colour is some request's)."""
@@ -160,6 +183,16 @@ def phase_legend(phases: Sequence[str]) -> list[dict]:
         m = phase_marker(p, [PHASE_COLORS["prefill"] if p != "decode" else PHASE_COLORS["decode"]])
         out.append(legend_entry(PHASE_LABELS[p], _scalar_marker(m), group=f"phase:{p}"))
     return out
+
+
+def guess_legend() -> list[dict]:
+    """Legend swatches for a decode under speculative decoding, in the decode's grey with their patterns: its
+    verified token (the decode swatch, renamed), then its accepted and rejected guesses."""
+    grey = [PHASE_COLORS["decode"]]
+    verified = legend_entry(GUESS_LABELS["verified"], _scalar_marker(phase_marker("decode", grey)),
+                            group="phase:decode")
+    return [verified] + [legend_entry(GUESS_LABELS[g], _scalar_marker(guess_marker(g, grey)), group=f"guess:{g}")
+                         for g in GUESSES]
 
 
 def request_legend(colors: ColorMap, requests: Sequence[str], labels: Mapping[str, str] | None = None,
