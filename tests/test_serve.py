@@ -427,6 +427,19 @@ def test_load_client_reports_errors_as_requests(tiny):
     assert records[0].finish_reason == "error" and "ConnectError" in records[0].error
 
 
+def wait_until_up(proc: subprocess.Popen, url: str, seconds: float = 120) -> None:
+    """Poll ``url``'s /health until the server ``proc`` answers (it fails if the process dies or time runs out)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert proc.poll() is None and time.monotonic() < deadline, "the server did not come up"
+        time.sleep(0.2)
+
+
 # ---- the command line: graceful shutdown ------------------------------------------------------------------
 def test_cli_serves_and_shuts_down_gracefully_on_sigint(tmp_path):
     port = _free_port()
@@ -436,15 +449,7 @@ def test_cli_serves_and_shuts_down_gracefully_on_sigint(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "the server did not come up"
-            time.sleep(0.2)
+        wait_until_up(proc, url)
         lines: list[str] = []
         with httpx.Client(timeout=60) as http, \
                 http.stream("POST", f"{url}/v1/completions", json={"prompt": "hi", "max_tokens": 2000, "stream": True,

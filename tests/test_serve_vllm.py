@@ -22,10 +22,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-import torch
+from test_serve import make_engine, one_thread, wait_until_up  # noqa: F401  (one_thread: test_serve's autouse fixture, here too)
 
 import minfer
-from minfer import EngineConfig, LLMEngine
+from minfer import LLMEngine
 from minfer.serve import ServerThread
 from minfer.serve.prometheus import TTFT_BUCKETS, one_two_five
 from minfer.serve.scrape import (
@@ -56,19 +56,6 @@ REQUIRED = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def make_engine(tiny, **overrides) -> LLMEngine:
-    model, tok = tiny
-    config = dict(model="tiny-random", num_blocks=512, max_num_seqs=64, max_prefill_chunks_per_step=16,
-                  finished_window=1000, trace_window=1000, debug_checks=True)
-    return LLMEngine(EngineConfig(**{**config, **overrides}), model=model, tokenizer=tok)
 
 
 def base(server: ServerThread) -> str:
@@ -419,15 +406,7 @@ def test_a_second_ctrl_c_exits_at_once_with_130():
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "the server did not come up"
-            time.sleep(0.2)
+        wait_until_up(proc, url)
         with httpx.Client(timeout=60) as http, http.stream(
                 "POST", f"{url}/v1/completions",
                 json={"prompt": "hi", "max_tokens": 2040, "stream": True, **GREEDY}) as r:

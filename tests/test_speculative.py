@@ -219,17 +219,19 @@ def test_seeded_sampling_repeats_and_follows_each_request(tiny):
     assert one == two
 
 
+def sim_run(spec):
+    """Four 100-token prompts, 64 tokens each, on a simulated H100 with ``speculative_config=spec``."""
+    e = LLMEngine(EngineConfig(model="llama-3.1-8b", executor="sim", hardware="H100-SXM", debug_checks=True,
+                               speculative_config=spec))
+    for i in range(4):
+        e.add_request(f"r{i}", [1] * 100, SamplingParams(max_tokens=64, ignore_eos=True))
+    run_checked(e)
+    return e
+
+
 @pytest.mark.parametrize("rate", [0.0, 0.7, 1.0])
 def test_the_simulator_prices_verification_and_keeps_guesses_at_the_acceptance_rate(rate):
-    def run(spec):
-        e = LLMEngine(EngineConfig(model="llama-3.1-8b", executor="sim", hardware="H100-SXM", debug_checks=True,
-                                   speculative_config=spec))
-        for i in range(4):
-            e.add_request(f"r{i}", [1] * 100, SamplingParams(max_tokens=64, ignore_eos=True))
-        run_checked(e)
-        return e
-
-    plain, spec = run(None), run({"method": "ngram", "num_speculative_tokens": 4, "acceptance_rate": rate})
+    plain, spec = sim_run(None), sim_run({"method": "ngram", "num_speculative_tokens": 4, "acceptance_rate": rate})
     stats = SpecDecodeStats.of(spec.trace)
     assert all(len(r.output_token_ids) == 64 for r in spec.finished)
     if rate == 0.0:
@@ -240,7 +242,7 @@ def test_the_simulator_prices_verification_and_keeps_guesses_at_the_acceptance_r
         assert 0.55 < stats.acceptance_rate < 0.85  # drawn at 0.7, cut at the first wrong guess of each step
         assert spec.now < plain.now
     with pytest.raises(ValueError, match="acceptance_rate"):
-        run({"method": "ngram"})
+        sim_run({"method": "ngram"})
 
 
 
@@ -252,18 +254,10 @@ def test_the_simulator_prices_early_exit_drafts_by_the_layers_they_run():
     from minfer.sim.hardware import get_hardware
     from minfer.sim.models import get_model_spec
 
-    def run(spec):
-        e = LLMEngine(EngineConfig(model="llama-3.1-8b", executor="sim", hardware="H100-SXM", debug_checks=True,
-                                   speculative_config=spec))
-        for i in range(4):
-            e.add_request(f"r{i}", [1] * 100, SamplingParams(max_tokens=64, ignore_eos=True))
-        run_checked(e)
-        return e
-
     guesses = {"num_speculative_tokens": 4, "acceptance_rate": 0.7}
-    ngram = run({"method": "ngram", **guesses})
-    shallow = run({"method": "early_exit", "num_draft_layers": 4, **guesses})
-    deep = run({"method": "early_exit", "num_draft_layers": 16, **guesses})
+    ngram = sim_run({"method": "ngram", **guesses})
+    shallow = sim_run({"method": "early_exit", "num_draft_layers": 4, **guesses})
+    deep = sim_run({"method": "early_exit", "num_draft_layers": 16, **guesses})
     assert [t.accepted_tokens for t in ngram.trace] == [t.accepted_tokens for t in deep.trace]  # the same draws
     assert ngram.now < shallow.now < deep.now
     # one step by hand: the same schedule with and without the draft's cost, so the two runs' step times differ by
