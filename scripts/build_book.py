@@ -68,6 +68,11 @@ def chapter_notebooks(notebooks_dir: Path) -> list[Path]:
     return sorted(notebooks_dir.glob("[0-9][0-9]_*.ipynb"))
 
 
+# folders of docs/ the site carries as they are: the pictures the pages show, the files they offer to download
+# (the Grafana dashboard)
+COPIED_DOC_FOLDERS = ("images", "grafana")
+
+
 def site_path(repo_path: str) -> str | None:
     """Where the repository file ``repo_path`` (``docs/engine.md``) is in the site, or None if the site lacks it."""
     if repo_path == "README.md":
@@ -76,7 +81,7 @@ def site_path(repo_path: str) -> str | None:
         return f"{m[1]}.html"
     if m := re.fullmatch(r"docs/([^/]+)\.md", repo_path):
         return f"docs/{m[1]}.html"
-    if repo_path.startswith("docs/images/"):
+    if any(repo_path.startswith(f"docs/{folder}/") for folder in COPIED_DOC_FOLDERS):
         return repo_path
     return None
 
@@ -383,8 +388,9 @@ def build(out: Path, notebooks_dir: Path = ROOT / "notebooks", docs_dir: Path = 
         title = first_heading(text, doc.stem)
         doc_titles.append((page, title))
         write(out, page, page_html(page, title, markdown_renderer(f"docs/{doc.name}", page)(text)))
-    if (docs_dir / "images").is_dir():
-        shutil.copytree(docs_dir / "images", out / "docs" / "images")
+    for folder in COPIED_DOC_FOLDERS:
+        if (docs_dir / folder).is_dir():
+            shutil.copytree(docs_dir / folder, out / "docs" / folder)
     write(out, "index.html", index_page(titles, doc_titles, readme))
     (out / "assets").mkdir(exist_ok=True)
     write(out, "assets/book.css", CSS.read_text() + "\n/* code highlighting (pygments) */\n"
