@@ -52,7 +52,7 @@ from minfer.baselines import hf_continuous_system, hf_static_system, minfer_stat
 from minfer.capacity import (
     DEFAULT_RATES,
     DEFAULT_SLO,
-    SLO_TARGET,
+    TABLE_HEADER,
     CapacityReport,
     capacity_figure,
     capacity_sweep,
@@ -556,11 +556,12 @@ def sweep_main(args: argparse.Namespace, runners: dict[str, Runner], slo: SLO) -
     else:
         rates = list(SIM_RATES if args.sim else DEFAULT_RATES)
     n = args.num_requests or (200 if args.sim else 24)
-    workload = sweep_workload(n, seed=args.seed) if not args.sim else sweep_workload(n, 256, 128, args.seed)
+    prompt_median, output_median = (256, 128) if args.sim else (64, 32)  # a GPU's chats, or ones a CPU can serve
+    workload = sweep_workload(n, prompt_median, output_median, args.seed)
     print(f"capacity sweep: {n} requests a rate (Poisson, seed {args.seed}), rates {rates} requests/s")
     reports = []
     for name, run in runners.items():
-        print(CapacityReport(name, slo, SLO_TARGET, ()).table().splitlines()[1])  # the header; rows as they land
+        print(TABLE_HEADER)  # then each rate's row as it lands
         report = capacity_sweep(_latencies(run, name), workload, slo, rates, system=name, echo=print)
         print(report.table() + "\n")
         reports.append(report)

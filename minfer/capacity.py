@@ -43,6 +43,10 @@ def sweep_workload(n: int = 24, prompt_median: float = 64, output_median: float 
                    max_prompt=round(8 * prompt_median), max_output=round(8 * output_median), seed=seed)
 
 
+TABLE_HEADER = (f"{'rate/s':>7}  {'served/s':>8}  {'out tok/s':>9}  {'TTFT p50':>8}  {'TTFT p99':>8}  "
+                f"{'ITL p50':>7}  {'ITL p99':>7}  {'goodput/s':>9}  {'met SLO':>7}")
+
+
 @dataclass(frozen=True, slots=True)
 class RatePoint:
     """What one offered rate gave: the rate served, the latencies, and how many requests met the SLOs."""
@@ -56,6 +60,12 @@ class RatePoint:
     itl_p99: float
     goodput: float  # requests per second that met the SLOs
     slo_attainment: float  # share of all requests that met the SLOs
+
+    def row(self) -> str:
+        """The point as a line of the report's table (under ``TABLE_HEADER``)."""
+        return (f"{self.rate:>7.2f}  {self.request_throughput:>8.2f}  {self.output_throughput:>9.1f}  "
+                f"{_ms(self.ttft_p50):>8}  {_ms(self.ttft_p99):>8}  {_ms(self.itl_p50):>7}  {_ms(self.itl_p99):>7}  "
+                f"{self.goodput:>9.2f}  {self.slo_attainment:>7.0%}")
 
     @classmethod
     def of(cls, rate: float, s: Summary) -> RatePoint:
@@ -85,15 +95,11 @@ class CapacityReport:
         return best
 
     def table(self) -> str:
-        head = (f"{'rate/s':>7}  {'served/s':>8}  {'out tok/s':>9}  {'TTFT p50':>8}  {'TTFT p99':>8}  {'ITL p50':>7}  "
-                f"{'ITL p99':>7}  {'goodput/s':>9}  {'met SLO':>7}")
-        rows = [f"{p.rate:>7.2f}  {p.request_throughput:>8.2f}  {p.output_throughput:>9.1f}  {_ms(p.ttft_p50):>8}  "
-                f"{_ms(p.ttft_p99):>8}  {_ms(p.itl_p50):>7}  {_ms(p.itl_p99):>7}  {p.goodput:>9.2f}  "
-                f"{p.slo_attainment:>7.0%}" for p in self.points]
+        rows = [p.row() for p in self.points]
         limits = ", ".join(f"{k} <= {v * 1e3:.0f} ms" for k, v in asdict(self.slo).items() if v is not None)
         verdict = (f"capacity: {self.capacity:g} requests/s" if self.capacity is not None
                    else f"capacity: below {self.points[0].rate:g} requests/s" if self.points else "capacity: no points")
-        return "\n".join([f"{self.system}: SLOs {limits}, target {self.target:.0%} of requests", head, *rows,
+        return "\n".join([f"{self.system}: SLOs {limits}, target {self.target:.0%} of requests", TABLE_HEADER, *rows,
                           f"{verdict} (the highest rate where {self.target:.0%} met the SLOs)"])
 
     def to_dict(self) -> dict[str, Any]:
@@ -124,7 +130,7 @@ def capacity_sweep(run: Callable[[list[WorkItem]], Summary], workload: Sequence[
         point = RatePoint.of(rate, run(scale_time(list(workload), 1.0 / rate)))
         points.append(point)
         if echo is not None:
-            echo(CapacityReport(system, slo, target, (point,)).table().splitlines()[2])
+            echo(point.row())
         misses = misses + 1 if point.slo_attainment < target else 0
         if misses >= stop_after_misses:
             break
