@@ -75,6 +75,15 @@ class SpeculativeConfig:
         if self.acceptance_rate is not None:
             check.real("acceptance_rate", self.acceptance_rate, 0.0, 1.0)
 
+    def draft_layers(self, total: int) -> int:
+        """Early exit's draft depth for a ``total``-layer model: ``num_draft_layers``, or a quarter of the layers; a
+        draft must stop before the last layer (else it is the model itself). One rule for the engine and the
+        simulator."""
+        layers = self.num_draft_layers or max(1, total // 4)
+        if not 1 <= layers < total:
+            raise ValueError(f"num_draft_layers must be in [1, {total - 1}] for this {total}-layer model, got {layers}")
+        return layers
+
     @classmethod
     def parse(cls, value: SpeculativeConfig | dict[str, Any] | None) -> SpeculativeConfig | None:
         """``speculative_config`` as given (None, a dict of vLLM's names, or a ``SpeculativeConfig``) → checked."""

@@ -263,7 +263,8 @@ def test_the_simulator_prices_early_exit_drafts_by_the_layers_they_run():
     # one step by hand: the same schedule with and without the draft's cost, so the two runs' step times differ by
     # exactly the draft passes -- pass j one token of each request that guessed more than j, at its position + j
     model, hardware = get_model_spec("llama-3.1-8b"), get_hardware("H100-SXM")
-    draft = RooflineCost(draft_spec(model, 16), hardware, hardware.dtype)
+    draft = RooflineCost(draft_spec(model, SpeculativeConfig("early_exit", num_draft_layers=16)), hardware,
+                         hardware.dtype)
     step = next(i for i, t in enumerate(deep.trace) if t.draft_tokens)
     guessed, at = deep.trace[step].draft_tokens, deep.trace[step].positions
     assert guessed == ngram.trace[step].draft_tokens and set(guessed.values()) == {4}
@@ -274,7 +275,7 @@ def test_the_simulator_prices_early_exit_drafts_by_the_layers_they_run():
     by_hand = sum(draft.step_time(shape) for shape in passes)
     assert deep.trace[step].duration - ngram.trace[step].duration == pytest.approx(by_hand, rel=1e-9)
     with pytest.raises(ValueError, match="num_draft_layers"):
-        draft_spec(model, model.config.num_layers)
+        draft_spec(model, SpeculativeConfig("early_exit", num_draft_layers=model.config.num_layers))
 
 # ---- on the real model -------------------------------------------------------------------------------------------
 

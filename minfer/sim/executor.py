@@ -29,7 +29,7 @@ import zlib
 from dataclasses import replace
 from typing import Any
 
-from minfer.config import EngineConfig
+from minfer.config import EngineConfig, SpeculativeConfig
 from minfer.executor import ExecutorSetup, ModelOutput, num_swap_blocks
 from minfer.plan import SchedulerOutput
 from minfer.sim.cost import RooflineCost, StepShape
@@ -136,14 +136,10 @@ def kv_pool_blocks(config: EngineConfig, model: ModelSpec, hardware: HardwareSpe
     return blocks
 
 
-def draft_spec(model: ModelSpec, num_draft_layers: int | None) -> ModelSpec:
-    """The early-exit draft of ``model``: its first ``num_draft_layers`` layers (None: a quarter, as the engine's
-    default) with its embedding, final norm and LM head."""
-    total = model.config.num_layers
-    layers = num_draft_layers or max(1, total // 4)
-    if not 1 <= layers < total:
-        raise ValueError(f"num_draft_layers must be in [1, {total - 1}] for the {total}-layer {model.name}, "
-                         f"got {layers}")
+def draft_spec(model: ModelSpec, speculative: SpeculativeConfig) -> ModelSpec:
+    """The early-exit draft of ``model``: its first ``speculative.draft_layers(...)`` layers (the engine's rule) with
+    its embedding, final norm and LM head."""
+    layers = speculative.draft_layers(model.config.num_layers)
     return replace(model, name=f"{model.name} (first {layers} layers)", config=replace(model.config, num_layers=layers))
 
 
@@ -167,7 +163,7 @@ def build_sim_executor(config: EngineConfig, model: Any = None, tokenizer: Any =
                          f"needs acceptance_rate=... (in [0, 1]) with method={speculative.method!r}")
     draft = None
     if speculative is not None and speculative.method == "early_exit":
-        draft = draft_spec(spec, speculative.num_draft_layers)
+        draft = draft_spec(spec, speculative)
     executor = SimExecutor(spec, hardware, dtype, config.block_size,
                            speculative.acceptance_rate if speculative is not None else None, draft)
     if config.preemption_mode == "swap" and hardware.host_link_bandwidth is None:

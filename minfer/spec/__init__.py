@@ -57,8 +57,7 @@ class NgramProposer:
 def _early_exit(config: SpeculativeConfig, model: LlamaModel, kv_cache: PagedKVCache, prepare: Prepare) -> Proposer:
     from minfer.spec.early_exit import EarlyExitProposer
 
-    layers = config.num_draft_layers or max(1, len(model.layers) // 4)
-    return EarlyExitProposer(model, kv_cache, prepare, layers)
+    return EarlyExitProposer(model, kv_cache, prepare, config.draft_layers(len(model.layers)))
 
 
 # method → (config, the model as the engine runs it, its KV cache, the runner's batch builder) → proposer
