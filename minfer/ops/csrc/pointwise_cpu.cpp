@@ -20,8 +20,11 @@
 
 #include "vector_math.h"
 
-using minfer::silu;
 using minfer::lane_sum;
+using minfer::narrow;
+using minfer::rounded;
+using minfer::silu;
+using minfer::widen;
 
 // rows per task: enough work (about 64k values) that sharing it out pays for waking the other threads
 static int64_t grain(int64_t row_size) { return std::max<int64_t>(1, 65536 / std::max<int64_t>(row_size, 1)); }
@@ -31,16 +34,18 @@ template <typename scalar_t>
 static void rms_norm_kernel(const torch::Tensor& x, const torch::Tensor& weight, double eps, torch::Tensor& out) {
   const int64_t rows = x.size(0), h = x.size(1), x_row = x.stride(0), out_row = out.stride(0);
   const scalar_t* xp = x.data_ptr<scalar_t>();
-  const scalar_t* w = weight.data_ptr<scalar_t>();
   scalar_t* op = out.data_ptr<scalar_t>();
   at::parallel_for(0, rows, grain(h), [&](int64_t begin, int64_t end) {
+    // a local of the task, not one the task refers to: stores through `o` could change a variable outside the
+    // task as far as the compiler knows, so it would read `w` again at every value and not vectorize the loop
+    const scalar_t* w = weight.data_ptr<scalar_t>();
     for (int64_t r = begin; r < end; ++r) {
       const scalar_t* xr = xp + r * x_row;
       scalar_t* o = op + r * out_row;
-      const float squares = lane_sum(h, [&](int64_t i) { return float(xr[i]) * float(xr[i]); });
+      const float squares = lane_sum(h, [&](int64_t i) { return widen(xr + i) * widen(xr + i); });
       const float inv = 1.f / std::sqrt(squares / float(h) + float(eps));
 #pragma omp simd
-      for (int64_t i = 0; i < h; ++i) o[i] = scalar_t(float(scalar_t(float(xr[i]) * inv)) * float(w[i]));
+      for (int64_t i = 0; i < h; ++i) narrow(o + i, rounded<scalar_t>(widen(xr + i) * inv) * widen(w + i));
     }
   });
 }
@@ -64,9 +69,9 @@ static void rotary_kernel(torch::Tensor& x, const torch::Tensor& cos, const torc
         scalar_t* hi = lo + half;
 #pragma omp simd
         for (int64_t i = 0; i < half; ++i) {
-          const float a = float(lo[i]), b = float(hi[i]);
-          lo[i] = scalar_t(a * float(c[i]) - b * float(s[i]));
-          hi[i] = scalar_t(b * float(c[half + i]) + a * float(s[half + i]));
+          const float a = widen(lo + i), b = widen(hi + i);
+          narrow(lo + i, a * widen(c + i) - b * widen(s + i));
+          narrow(hi + i, b * widen(c + half + i) + a * widen(s + half + i));
         }
       }
     }
@@ -87,8 +92,7 @@ static void silu_mul_kernel(const torch::Tensor& gate_up, torch::Tensor& out) {
       scalar_t* o = op + r * out_row;
 #pragma omp simd
       for (int64_t i = 0; i < n; ++i) {
-        const float gi = float(g[i]);
-        o[i] = scalar_t(float(scalar_t(silu(gi))) * float(u[i]));
+        narrow(o + i, rounded<scalar_t>(silu(widen(g + i))) * widen(u + i));
       }
     }
   });

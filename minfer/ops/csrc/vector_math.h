@@ -8,6 +8,9 @@
 
 #pragma once
 
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
 #include <cstdint>
 #include <cstring>
 
@@ -16,6 +19,42 @@
 #endif
 
 namespace minfer {
+
+// ---- reading and writing a tensor's values as float32 ------------------------------------------------------------
+// The kernels compute in float32 whatever the tensor's dtype: `widen` reads a stored value, `narrow` rounds a float to
+// the tensor's dtype, `rounded` is the float a value becomes when stored (where the reference rounds in between).
+// For bfloat16 the three are bit moves: a bfloat16 is the upper half of a float32, and rounding to nearest even is an
+// add and a shift (a NaN becomes 0x7FC0), exactly as c10::BFloat16 does it. c10's own conversions give the same
+// values, but GCC does not turn a loop over them into vector instructions; these it does (measured in bfloat16:
+// SiLU-and-mul seven times faster, RMSNorm five times).
+inline float widen(const float* p) { return *p; }
+inline float widen(const double* p) { return float(*p); }
+inline float widen(const c10::Half* p) { return float(*p); }
+inline float widen(const c10::BFloat16* p) {
+  uint16_t raw;
+  std::memcpy(&raw, p, sizeof raw);
+  const uint32_t bits = uint32_t(raw) << 16;
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+inline void narrow(float* p, float value) { *p = value; }
+inline void narrow(double* p, float value) { *p = value; }
+inline void narrow(c10::Half* p, float value) { *p = c10::Half(value); }
+inline void narrow(c10::BFloat16* p, float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  const uint16_t raw = value != value ? uint16_t(0x7FC0) : uint16_t((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+  std::memcpy(p, &raw, sizeof raw);
+}
+
+template <typename scalar_t>
+inline float rounded(float value) {
+  scalar_t stored;
+  narrow(&stored, value);
+  return widen(&stored);
+}
 
 constexpr int64_t kLanes = 16;  // running partial sums: one AVX-512 register of float32, or two AVX2 ones
 
