@@ -33,12 +33,17 @@ def have_compiler() -> bool:
 
 def compiler_flags() -> list[str]:
     """Optimize for this very CPU (the build is per machine) and let OpenMP share the tasks among the cores.
-    Apple's clang has no OpenMP: there the kernels build, and run on one core."""
+    Apple's clang has no OpenMP: there the kernels build, and run on one core.
+
+    On x86 the compiler is also told to prefer AVX-512's full 16-float vectors where the CPU has them: for a loop
+    it vectorizes by itself, GCC otherwise picks 8-float (AVX2-width) vectors on most AVX-512 CPUs, a choice made
+    for Intel chips of 2017 that slowed down under 512-bit instructions. The decode-attention kernel ran 1.9x as fast
+    in float32 with it (1.35x in bfloat16) on a Xeon with AMX; a CPU without AVX-512 ignores it."""
     if os.name == "nt":
         return ["/O2", "/openmp"]
     flags = ["-O3"]
     if platform.machine() in ("x86_64", "AMD64"):
-        flags.append("-march=native")
+        flags += ["-march=native", "-mprefer-vector-width=512"]
     if sys.platform != "darwin":
         flags.append("-fopenmp")
     return flags
@@ -52,11 +57,11 @@ def build_folder(source: Path) -> Path:
     and not by path: the build rule names the file it compiles, so two checkouts of the same kernel (a
     student copy beside the repository) would each rebuild the other's module if they compiled their own
     file; they compile the folder's copy instead, once. The headers beside the source (``csrc/*.h``, shared by
-    the kernels) are copied with it and count in its content. An edited kernel or header gets a folder of its
-    own."""
+    the kernels) are copied with it and count in its content, as do the compiler's flags. An edited kernel or
+    header, or new flags, get a folder of their own."""
     where = hashlib.sha1(str(Path(torch.__file__).resolve().parent).encode()).hexdigest()[:8]
     files = {source.name: source.read_bytes()} | {h.name: h.read_bytes() for h in sorted(source.parent.glob("*.h"))}
-    content = hashlib.sha1()
+    content = hashlib.sha1(" ".join(compiler_flags()).encode())  # new flags: a new build, not last one's module
     for name, text in files.items():
         content.update(name.encode() + b"\0" + text)
     build = (cache_root() / "extensions" / f"torch-{torch.__version__}-{where}"

@@ -160,15 +160,14 @@ void decode_attention(const torch::Tensor& q, const torch::Tensor& k_cache, cons
   });
 }
 
-// Prefill chunks: request r's n queries (rows query_start_loc[r]..query_start_loc[r + 1] of q, at
+// Prefill chunks, float32: request r's n queries (rows query_start_loc[r]..query_start_loc[r + 1] of q, at
 // positions len - n .. len - 1, where len = seq_lens[r]) attend causally to its first len cached tokens.
 //
 // A chunk has many queries per request, so its attention is two matrix products per query head, S = Q K^T and
 // O = softmax(S) V, and it runs on the products' own inner loop (panel_tile.h): a tile of up to kTileRows queries'
 // scores (then outputs) held in registers. That loop multiplies by a matrix packed in column panels, so each
 // request's keys and values are first copied out of their blocks into that order, per KV head: K^T as panels of
-// kPanel tokens ([D, kPanel] each), V as panels of kPanel dimensions ([len, kPanel] each), in float32 whatever the
-// cache's dtype (a tile's queries and outputs too: the tile computes in float32). The copy reads each key
+// kPanel tokens ([D, kPanel] each), V as panels of kPanel dimensions ([len, kPanel] each). The copy reads each key
 // and value once; the products then read the copies once per query tile, from the cache. (PyTorch's
 // scaled_dot_product_attention on the gathered K/V ran at a tenth of the products' rate at these sizes: it works in
 // blocks of 64 to 512 queries and keys, and splits them among threads by head and query block only.)
@@ -176,7 +175,6 @@ void decode_attention(const torch::Tensor& q, const torch::Tensor& k_cache, cons
 // Tasks are (request, query head, query tile), shared out dynamically, the last tiles of each request -- the ones
 // that see the most keys -- first. A tile's scores are exact for every key up to its last query's position; each
 // row then keeps the keys up to its own (causal), softmax by exp_poly, and the products' chunked sums.
-template <typename scalar_t>
 static void prefill_attention_kernel(const torch::Tensor& q, const torch::Tensor& k_cache,
                                      const torch::Tensor& v_cache, const torch::Tensor& block_tables,
                                      const torch::Tensor& query_start_loc, const torch::Tensor& seq_lens,
@@ -189,13 +187,13 @@ static void prefill_attention_kernel(const torch::Tensor& q, const torch::Tensor
   const int64_t q_row = q.stride(0), out_row = out.stride(0), out_head = out.stride(1);
   const int64_t token_stride = num_kv_heads * head_dim, block_stride = block_size * token_stride;
   const int64_t max_blocks = block_tables.size(1), dim_panels = (head_dim + kPanel - 1) / kPanel;
-  const scalar_t* q_ptr = q.data_ptr<scalar_t>();
-  const scalar_t* k_ptr = k_cache.data_ptr<scalar_t>();
-  const scalar_t* v_ptr = v_cache.data_ptr<scalar_t>();
+  const float* q_ptr = q.data_ptr<float>();
+  const float* k_ptr = k_cache.data_ptr<float>();
+  const float* v_ptr = v_cache.data_ptr<float>();
   const int32_t* tables = block_tables.data_ptr<int32_t>();
   const int64_t* starts = query_start_loc.data_ptr<int64_t>();
   const int64_t* lens = seq_lens.data_ptr<int64_t>();
-  scalar_t* out_ptr = out.data_ptr<scalar_t>();
+  float* out_ptr = out.data_ptr<float>();
 
   // request r, KV head h: K^T in panels [key_panels, D, kPanel], then V in panels [dim_panels, len, kPanel]
   auto key_floats = [&](int64_t r) { return (lens[r] + kPanel - 1) / kPanel * head_dim * kPanel; };
@@ -225,17 +223,17 @@ static void prefill_attention_kernel(const torch::Tensor& q, const torch::Tensor
       for (int64_t t = 0; t < lens[r]; ++t) {
         const int64_t offset = table[t / block_size] * block_stride + t % block_size * token_stride;
         for (int64_t h = 0; h < num_kv_heads; ++h) {
-          const scalar_t* k = k_ptr + offset + h * head_dim;
-          const scalar_t* v = v_ptr + offset + h * head_dim;
+          const float* k = k_ptr + offset + h * head_dim;
+          const float* v = v_ptr + offset + h * head_dim;
           float* kt = keys_of(r, h) + (t / kPanel) * head_dim * kPanel + t % kPanel;
           float* vp = values_of(r, h) + t * kPanel;
-          for (int64_t d = 0; d < head_dim; ++d) kt[d * kPanel] = widen(k + d);
-          for (int64_t d = 0; d < head_dim; ++d) vp[d / kPanel * lens[r] * kPanel + d % kPanel] = widen(v + d);
+          for (int64_t d = 0; d < head_dim; ++d) kt[d * kPanel] = k[d];
+          for (int64_t p = 0; p < dim_panels; ++p)
+            std::copy(v + p * kPanel, v + std::min(head_dim, (p + 1) * kPanel), vp + p * lens[r] * kPanel);
         }
       }
     }
-    // per thread: one tile's rows of scores (then of softmax weights), its queries and outputs in float32
-    std::vector<float> scores, queries(kTileRows * head_dim), outputs(kTileRows * head_dim);
+    std::vector<float> scores;  // per thread: one tile's rows of scores, then of softmax weights
 #pragma omp for schedule(dynamic, 1)
     for (size_t i = 0; i < tiles.size(); ++i) {
       const Tile& tile = tiles[i];
@@ -243,13 +241,11 @@ static void prefill_attention_kernel(const torch::Tensor& q, const torch::Tensor
       const int64_t keys = start + tile.row + tile.rows;  // keys the tile's last query sees
       const int64_t row_size = (keys + kPanel - 1) / kPanel * kPanel;
       scores.resize(tile.rows * row_size);
-      const scalar_t* q_tile = q_ptr + (starts[r] + tile.row) * q_row + tile.head * q.stride(1);
-      for (int64_t j = 0; j < tile.rows; ++j)
-        for (int64_t d = 0; d < head_dim; ++d) queries[j * head_dim + d] = widen(q_tile + j * q_row + d);
+      const float* queries = q_ptr + (starts[r] + tile.row) * q_row + tile.head * q.stride(1);
       const float* kt = keys_of(r, tile.head / group);
       for (int64_t p = 0; p * kPanel < keys; ++p)  // S = Q K^T, kPanel keys at a time
-        tile_of(tile.rows, queries.data(), head_dim, kt + p * head_dim * kPanel, head_dim,
-                scores.data() + p * kPanel, row_size, kPanel);
+        tile_of(tile.rows, queries, q_row, kt + p * head_dim * kPanel, head_dim, scores.data() + p * kPanel,
+                row_size, kPanel);
       float inv_sum[kTileRows];
       for (int64_t j = 0; j < tile.rows; ++j) {  // causal softmax of each row: keys 0..its own position
         float* s = scores.data() + j * row_size;
@@ -261,31 +257,29 @@ static void prefill_attention_kernel(const torch::Tensor& q, const torch::Tensor
         std::fill(s + visible, s + keys, 0.f);  // the keys after this query's position weigh nothing
         inv_sum[j] = 1.f / sum;
       }
+      float* o = out_ptr + (starts[r] + tile.row) * out_row + tile.head * out_head;
       const float* vp = values_of(r, tile.head / group);
       for (int64_t p = 0; p < dim_panels; ++p)  // O = softmax(S) V, kPanel dimensions at a time
-        tile_of(tile.rows, scores.data(), row_size, vp + p * lens[r] * kPanel, keys, outputs.data() + p * kPanel,
-                head_dim, std::min(kPanel, head_dim - p * kPanel));
-      scalar_t* o = out_ptr + (starts[r] + tile.row) * out_row + tile.head * out_head;
+        tile_of(tile.rows, scores.data(), row_size, vp + p * lens[r] * kPanel, keys, o + p * kPanel, out_row,
+                std::min(kPanel, head_dim - p * kPanel));
       for (int64_t j = 0; j < tile.rows; ++j)
-        for (int64_t d = 0; d < head_dim; ++d) narrow(o + j * out_row + d, outputs[j * head_dim + d] * inv_sum[j]);
+        for (int64_t d = 0; d < head_dim; ++d) o[j * out_row + d] *= inv_sum[j];
     }
   }
 }
 
-// The prefill chunks of a step: requests first..R-1 (the runner puts decodes first). q, out: [T, Hq, D], of the
-// caches' dtype; query_start_loc: [R + 1] int64, each request's first row in q; block_tables, seq_lens as decode_attention's.
+// The prefill chunks of a step: requests first..R-1 (the runner puts decodes first). q, out: [T, Hq, D] float32;
+// query_start_loc: [R + 1] int64, each request's first row in q; block_tables, seq_lens as decode_attention's.
 void prefill_attention(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
                        const torch::Tensor& block_tables, const torch::Tensor& query_start_loc,
                        const torch::Tensor& seq_lens, int64_t first, double scale, torch::Tensor out) {
   check_inputs(q, k_cache, v_cache, block_tables, seq_lens, out);
+  TORCH_CHECK(q.scalar_type() == torch::kFloat, "prefill_attention takes float32 (the reference serves others)");
   TORCH_CHECK(query_start_loc.scalar_type() == torch::kInt64 && query_start_loc.is_contiguous() &&
                   query_start_loc.size(0) == seq_lens.size(0) + 1,
               "query_start_loc must be int64, one more entry than seq_lens");
   TORCH_CHECK(0 <= first && first <= seq_lens.size(0), "first must index a request");
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "prefill_attention", [&] {
-    prefill_attention_kernel<scalar_t>(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, first, scale,
-                                       out);
-  });
+  prefill_attention_kernel(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, first, scale, out);
 }
 
 // Each new token's key and value rows into its slot of the caches: the reference's two index_copy_ calls
