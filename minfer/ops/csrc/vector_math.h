@@ -49,6 +49,15 @@ inline void narrow(c10::BFloat16* p, float value) {
   std::memcpy(p, &raw, sizeof raw);
 }
 
+// The n values at p as float32: p itself where it holds float32, else a copy widened into `buffer`. A loop that reads
+// a row many times (a key row meets every query head of its group) widens it once.
+inline const float* as_float(const float* p, int64_t, float*) { return p; }
+template <typename scalar_t>
+inline const float* as_float(const scalar_t* p, int64_t n, float* buffer) {
+  for (int64_t i = 0; i < n; ++i) buffer[i] = widen(p + i);
+  return buffer;
+}
+
 template <typename scalar_t>
 inline float rounded(float value) {
   scalar_t stored;
