@@ -43,7 +43,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -65,7 +65,7 @@ from minfer.metrics import SLO, SpecDecodeStats, Summary, summarize
 from minfer.ops.backends import resolve_backend
 from minfer.ops.linear import onednn_problem, resolve_linear_backend
 from minfer.ops.pointwise import resolve_pointwise_backend
-from minfer.types import LinearBackendName, WeightFormat
+from minfer.types import DType, LinearBackendName, WeightFormat
 from minfer.units import ceil_div
 from minfer.workload import WorkItem, bursts, fixed_mix, load_workload, long_prompt_spike, poisson, submit, uniform_mix
 
@@ -433,21 +433,25 @@ class DecodeSpeed:
 
 
 def weights_decode(formats: Sequence[WeightFormat] = ("dtype", "int8", "q4"), model: str = "smollm2-135m",
-                   tokens: int = 32, rounds: int = 5) -> tuple[list[DecodeSpeed], float]:
+                   tokens: int = 32, rounds: int = 5, dtypes: Sequence[str] = ()) -> tuple[list[DecodeSpeed], float]:
     """Batch-1 decode time of each weight format, and the read bandwidth (bytes/s) its bound is priced at. One engine
-    per format over one loaded model; the formats take turns, ``rounds`` times (a shared machine's slow spells then
-    fall on all of them), and each one's median step is reported. Each round: one request of 16 prompt tokens
-    decoding ``tokens`` tokens (EOS ignored); its first step (the prefill) is not counted."""
+    per format over one loaded model, then one per dtype in ``dtypes`` (the whole model in it, e.g. "bfloat16");
+    they take turns, ``rounds`` times (a shared machine's slow spells then fall on all of them), and each one's
+    median step is reported. Each round: one request of 16 prompt tokens decoding ``tokens`` tokens (EOS ignored);
+    its first step (the prefill) is not counted."""
     from minfer.engine import LLMEngine
     from minfer.quality import product_bytes
     from minfer.request import SamplingParams
     from minfer.roofline import read_bandwidth
 
     m, tok = cached_model(model)
-    engines = {w: LLMEngine(EngineConfig(model=model, weights=w, **OFFLINE_DEFAULTS), model=m, tokenizer=tok)
-               for w in formats}
+    engines: dict[str, LLMEngine] = {
+        w: LLMEngine(EngineConfig(model=model, weights=w, **OFFLINE_DEFAULTS), model=m, tokenizer=tok)
+        for w in formats}
+    engines |= {d: LLMEngine(EngineConfig(model=model, dtype=cast(DType, d), **OFFLINE_DEFAULTS),
+                             model=cached_model(model, dtype=d)[0], tokenizer=tok) for d in dtypes}
     params = SamplingParams(max_tokens=tokens, temperature=0, ignore_eos=True)
-    steps: dict[str, list[float]] = {w: [] for w in formats}
+    steps: dict[str, list[float]] = {w: [] for w in engines}
     for r in range(rounds + 1):  # round 0 warms every engine up, untimed
         for w, engine in engines.items():
             engine.add_request(f"{w}-{r}", [100 + (7 * i + r) % 900 for i in range(16)], params)
@@ -620,7 +624,8 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     p.add_argument("--scale", action="store_true", help="time the simulator on 10,000 requests")
     p.add_argument("--list", action="store_true", help="list the registered systems")
     p.add_argument("--weights-decode", action="store_true", help="batch-1 decode time of each weight format "
-                   "(weights='dtype', 'int8', 'q4') beside its bytes-over-bandwidth bound")
+                   "(weights='dtype', 'int8', 'q4'; the model in bfloat16 too where the CPU multiplies it natively) "
+                   "beside its bytes-over-bandwidth bound")
     p.add_argument("--speculative", nargs="?", const=5, type=int, metavar="K", help="the copy task at batch 1, 4 "
                    "and 16 with and without speculative decoding (prompt lookup, K guesses a step; default 5)")
     p.add_argument("--sweep", action="store_true", help="a capacity report (minfer.capacity): the same seeded Poisson "
@@ -637,7 +642,11 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
         return []
     if args.weights_decode:
         keep_freed_memory()
-        print_weights_decode(*weights_decode(rounds=args.repeat if args.repeat > 1 else 5))
+        why = onednn_problem(torch.bfloat16, "cpu")  # a bfloat16 row where this CPU multiplies it natively
+        print_weights_decode(*weights_decode(rounds=args.repeat if args.repeat > 1 else 5,
+                                             dtypes=() if why else ("bfloat16",)))
+        if why:
+            print(f"(no bfloat16 row: {why})")
         return []
     if args.speculative:
         keep_freed_memory()

@@ -20,6 +20,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import torch
 
@@ -30,7 +31,7 @@ from minfer.kv.contiguous import ContiguousKVCache
 from minfer.model.llama import Linear, LlamaModel, LMHead
 from minfer.model.loader import gguf_file, load_model_cached
 from minfer.request import SamplingParams
-from minfer.types import WeightFormat
+from minfer.types import DType, WeightFormat
 
 HELD_OUT = Path(__file__).with_name("quant") / "held_out.txt"
 PROMPTS = (  # short chat questions of different kinds: facts, how-to, a list, code, a story, arithmetic
@@ -50,7 +51,7 @@ FORMATS: tuple[WeightFormat, ...] = ("dtype", "int8", "q4")
 class Quality:
     """One weight format's quality beside the reference's, and its bytes."""
 
-    weights: str
+    weights: str  # the weight format, or the dtype of a model measured whole in another dtype ("bfloat16")
     agreement: float  # share of greedy tokens identical to the reference's before the first divergence
     perplexity: float  # on the held text
     product_bytes: int  # bytes of the products' weights one decode step reads
@@ -73,8 +74,9 @@ def agreement(reference: Sequence[Sequence[int]], answers: Sequence[Sequence[int
 def greedy_answers(model: LlamaModel, tokenizer, name: str, weights: WeightFormat, prompts: Sequence[str],
                    max_tokens: int) -> list[list[int]]:
     """The engine's greedy tokens (``max_tokens`` each, EOS ignored so every answer has the same length) for each
-    chat prompt, with ``LLM()``'s speed-ups and the given weight format."""
-    engine = LLMEngine(EngineConfig(model=name, weights=weights, **OFFLINE_DEFAULTS), model=model,
+    chat prompt, with ``LLM()``'s speed-ups and the given weight format, in ``model``'s dtype."""
+    dtype = cast(DType, str(model.dtype).removeprefix("torch."))
+    engine = LLMEngine(EngineConfig(model=name, weights=weights, dtype=dtype, **OFFLINE_DEFAULTS), model=model,
                        tokenizer=tokenizer)
     params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
     for i, prompt in enumerate(prompts):
@@ -122,9 +124,10 @@ def accelerated(model: LlamaModel, name: str, weights: WeightFormat) -> LlamaMod
 
 
 def measure(name: str = "smollm2-135m", formats: Sequence[WeightFormat] = FORMATS, prompts: Sequence[str] = PROMPTS,
-            max_tokens: int = 32) -> list[Quality]:
+            max_tokens: int = 32, dtypes: Sequence[str] = ()) -> list[Quality]:
     """Agreement and perplexity of each format, against ``weights="dtype"`` (float32 on the CPU), on one loaded
-    copy of the model."""
+    copy of the model; then of the whole model in each of ``dtypes`` (e.g. ``"bfloat16"``: every weight and
+    activation rounded to it), on a copy loaded in it."""
     model, tokenizer = load_model_cached(name)
     ids = tokenizer.encode(held_text())
     reference = greedy_answers(model, tokenizer, name, "dtype", prompts, max_tokens)
@@ -134,16 +137,26 @@ def measure(name: str = "smollm2-135m", formats: Sequence[WeightFormat] = FORMAT
                                                                       max_tokens)
         fast = accelerated(model, name, weights)
         results.append(Quality(weights, agreement(reference, answers), perplexity(fast, ids), product_bytes(fast)))
+    for dtype in dtypes:
+        other = load_model_cached(name, "cpu", getattr(torch, dtype))[0]
+        answers = greedy_answers(other, tokenizer, name, "dtype", prompts, max_tokens)
+        fast = accelerated(other, name, "dtype")
+        results.append(Quality(dtype, agreement(reference, answers), perplexity(fast, ids), product_bytes(fast)))
     return results
 
 
 def table(results: Sequence[Quality]) -> str:
     """The measurements as aligned text, one format a line."""
-    lines = [f"{'weights':<8} {'agreement':>9} {'perplexity':>10} {'MB / step':>9}"]
-    lines += [f"{q.weights:<8} {q.agreement:>9.3f} {q.perplexity:>10.3f} {q.product_bytes / 1e6:>9.1f}"
+    lines = [f"{'weights':<9} {'agreement':>9} {'perplexity':>10} {'MB / step':>9}"]
+    lines += [f"{q.weights:<9} {q.agreement:>9.3f} {q.perplexity:>10.3f} {q.product_bytes / 1e6:>9.1f}"
               for q in results]
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    print(table(measure()))
+    from minfer.ops.linear import onednn_problem
+
+    why = onednn_problem(torch.bfloat16, "cpu")  # bfloat16 where this CPU multiplies it natively, else said why not
+    print(table(measure(dtypes=() if why else ("bfloat16",))))
+    if why:
+        print(f"(no bfloat16 row: {why})")

@@ -18,6 +18,7 @@ from minfer.bench import (
     parse_config,
     run_engine,
     scale_benchmark,
+    weights_decode,
 )
 from minfer.metrics import SLO, summarize
 from minfer.workload import fixed_mix, poisson, submit
@@ -247,3 +248,16 @@ def test_uniform_workload():
     assert min(w.output_len for w in items) >= 8 and max(w.output_len for w in items) <= 160
     assert max(w.output_len for w in items) > 140 and min(w.output_len for w in items) < 30  # spread over the range
     assert uniform_mix(200, seed=3) == items and uniform_mix(200, seed=4) != items
+
+
+def test_weights_decode_times_each_format_and_dtype_against_its_own_bytes():
+    """A row per weight format and per whole-model dtype, each priced at the bytes its own engine's products read:
+    bfloat16 reads half of float32's, q4 less than int8."""
+    speeds, bandwidth = weights_decode(("dtype", "int8", "q4"), model="tiny-random", tokens=3, rounds=1,
+                                       dtypes=("bfloat16",))
+    rows = {s.weights: s for s in speeds}
+    assert list(rows) == ["dtype", "int8", "q4", "bfloat16"] and bandwidth > 0
+    assert rows["bfloat16"].weight_bytes * 2 == rows["dtype"].weight_bytes
+    assert rows["q4"].weight_bytes < rows["int8"].weight_bytes < rows["dtype"].weight_bytes
+    for s in speeds:
+        assert s.ms_per_token > 0 and s.bound_ms == pytest.approx(1e3 * s.weight_bytes / bandwidth)
