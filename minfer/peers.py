@@ -174,7 +174,10 @@ class PeerProcess:
 
     def close(self) -> None:
         if self.process.poll() is None:
-            self.send.send(None)
+            try:
+                self.send.send(None)
+            except OSError:  # it is ending by itself (an error it reported): nothing to tell it
+                pass
             self.process.wait(timeout=60)
 
 

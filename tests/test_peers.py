@@ -73,3 +73,22 @@ def test_vllm_generates_every_token_in_its_own_process():
         served = peers.vllm_engine(True, "float32").last_cached_tokens
         assert served == 0, f"turn {turn} was served from the prefix cache"
     assert peers.vllm_config(eager=True)["threads"] >= 1
+
+
+def test_a_peer_whose_process_dies_fails_its_row_only():
+    """A peer's child that ends without answering (here: a role the child does not know, so it exits at once; on a
+    real machine, llama.cpp's C code crashing) is an error of that peer, raised in the benchmark's process, which
+    goes on; its message names the peer and the exit code."""
+    with pytest.raises(RuntimeError, match=r"no-such-peer's process ended \(exit code"):
+        peers.PeerProcess("no-such-peer", "no-such-role")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is not None, reason="llama-cpp-python is installed here")
+def test_an_error_in_the_peers_process_comes_back_as_its_rows_error():
+    """A Python error in the child (llama.cpp's runner without llama-cpp-python) is sent back and raised here."""
+    child = peers.PeerProcess("llama.cpp", "llama-cpp")
+    try:
+        with pytest.raises(RuntimeError, match="llama.cpp failed in its process: ModuleNotFoundError"):
+            child.run([[1, 2, 3]], [2])
+    finally:
+        child.close()
