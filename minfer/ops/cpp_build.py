@@ -113,6 +113,9 @@ def clear_stale_lock(build: Path, what: str) -> None:
         print(f"minfer: removing a lock left {age / 60:.0f} minutes ago by an interrupted build of {what} ({lock})",
               file=sys.stderr)
         lock.unlink(missing_ok=True)
+    else:  # another process is building it (or was killed doing so): say why this one waits
+        print(f"minfer: waiting for another process's build of {what} ({lock}, {age:.0f} s old; one older than "
+              f"{STALE_LOCK_SECONDS // 60} minutes is taken for an interrupted build and removed)", file=sys.stderr)
 
 
 def _load(name: str, source: Path, what: str) -> ModuleType:
