@@ -307,8 +307,19 @@ def scale_workload(n: int = 10_000, rate: float = 60.0, seed: int = 0) -> list[W
     return poisson(n, rate, prompt_median=256, output_median=128, max_prompt=4096, max_output=1024, seed=seed)
 
 
+def token_times_digest(finished: Sequence[Any]) -> str:
+    """A short SHA-256 of every finished request's id and token times: two runs of the same simulation must print
+    the same digest, which checks determinism far more tightly than equal summaries do."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for r in sorted(finished, key=lambda r: r.request_id):
+        h.update(f"{r.request_id}:{','.join(repr(t) for t in r.metrics.token_times)};".encode())
+    return h.hexdigest()[:16]
+
+
 def scale_benchmark(n: int = 10_000, rate: float = 60.0, max_num_seqs: int = 256, seed: int = 0,
-                    repeats: int = 3) -> dict[str, float]:
+                    repeats: int = 3) -> dict[str, float | str]:
     """Simulate ``n`` requests of ``scale_workload`` on Llama-3-8B / H100-SXM, and time the scheduler's steps
     with ``max_num_seqs`` requests running. Returns the figures (wall seconds are of this machine)."""
     from minfer.engine import LLMEngine
@@ -323,6 +334,7 @@ def scale_benchmark(n: int = 10_000, rate: float = 60.0, max_num_seqs: int = 256
     engine.run()
     t2 = time.perf_counter()
     s = summarize(engine.finished)
+    digest = token_times_digest(engine.finished)
 
     # a full batch: max_num_seqs requests prefilled in one step, then decoding together to the end
     out_len = 1024
@@ -343,7 +355,7 @@ def scale_benchmark(n: int = 10_000, rate: float = 60.0, max_num_seqs: int = 256
             "output_tokens": s.output_tokens, "simulated_output_tok_s": s.output_throughput,
             "ttft_p50_s": s.ttft.p50, "ttft_p99_s": s.ttft.p99, "tpot_p50_s": s.tpot.p50,
             "preemptions": s.num_preemptions, "full_batch": max_num_seqs,
-            "steps_per_s_at_full_batch": statistics.median(rates)}
+            "steps_per_s_at_full_batch": statistics.median(rates), "token_times_digest": digest}
 
 
 # ---- the command line -----------------------------------------------------------------------------
@@ -656,7 +668,8 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     if args.scale:
         figures = scale_benchmark(args.num_requests or 10_000, seed=args.seed)
         for k, v in figures.items():
-            print(f"{k:28s} {v:,.4g}" if isinstance(v, float) else f"{k:28s} {v:,}")
+            shown = f"{v:,.4g}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else v
+            print(f"{k:28s} {shown}")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(figures, f, indent=2)

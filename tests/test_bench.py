@@ -103,6 +103,13 @@ def test_scale_benchmark_small():
     assert figures["simulated_s"] > 150 / 50.0 * 0.5, "the simulated run spans the arrival window"
 
 
+def test_scale_benchmark_is_deterministic():
+    """Two runs of the same seed give the same per-request token times; another seed gives others."""
+    a, b = (scale_benchmark(n=120, rate=50.0, max_num_seqs=16, repeats=1) for _ in range(2))
+    c = scale_benchmark(n=120, rate=50.0, max_num_seqs=16, seed=1, repeats=1)
+    assert a["token_times_digest"] == b["token_times_digest"] != c["token_times_digest"]
+
+
 def timed_systems(seconds: dict[str, list[float]], order: list[str]) -> dict:
     """Systems that each report 100 tokens in the next of their ``seconds``, noting in ``order`` who ran when."""
     def system(name, times):
