@@ -164,6 +164,9 @@ class EngineConfig:
     queue_timeout_action: TimeoutAction = "finish"  # "finish" (finish_reason "timeout") or "promote"
     ttft_slo: float | None = None  # shed waiting requests that can no longer reach their first token in time
     enable_prefix_caching: bool = False
+    # the prefix cache's second tier (kv/host_cache.py): host blocks that keep prefix blocks the device pool evicts,
+    # copied back on a later hit (vLLM's CPU KV offloading, SGLang's HiCache); 0: evicted blocks are gone
+    host_cache_blocks: int = 0
 
     # speculative decoding (minfer/spec, chapter 13): None (off), or vLLM's dict such as {"method": "ngram",
     # "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}; kept as a SpeculativeConfig
@@ -214,7 +217,7 @@ class EngineConfig:
         for name in ("num_blocks", "max_model_len", "max_num_batched_tokens"):
             if getattr(self, name) is not None:
                 check.integer(name, getattr(self, name), 1)
-        for name in ("max_waiting", "num_swap_blocks", "finished_window", "trace_window"):
+        for name in ("max_waiting", "num_swap_blocks", "finished_window", "trace_window", "host_cache_blocks"):
             if getattr(self, name) is not None:
                 check.integer(name, getattr(self, name), 0)
         for name in ("max_queue_time", "ttft_slo"):
@@ -224,6 +227,9 @@ class EngineConfig:
         check.real("gpu_memory_utilization", self.gpu_memory_utilization, 0.0, 1.0, low_open=True)
         if parse_bytes(self.kv_cache_memory) <= 0:
             raise ValueError(f"kv_cache_memory must be positive, got {self.kv_cache_memory!r}")
+        if self.host_cache_blocks and not self.enable_prefix_caching:
+            raise ValueError(f"host_cache_blocks={self.host_cache_blocks} keeps evicted prefix-cache blocks: it needs "
+                             "enable_prefix_caching=True")
         if parse_bytes(self.swap_space, "swap_space") < 0:
             raise ValueError(f"swap_space must not be negative, got {self.swap_space!r}")
         if not isinstance(self.tenant_weights, dict) or any(

@@ -33,6 +33,7 @@ from minfer.detokenizer import Detokenizer
 from minfer.executor import ExecutorSetup, ModelOutput
 from minfer.faults import execute_isolating_faults, failure
 from minfer.kv.block_pool import BlockPool
+from minfer.kv.host_cache import HostPrefixCache, TieredBlockPool
 from minfer.kv.host_pool import HostBlockPool
 from minfer.plan import Ended, SchedulerOutput
 from minfer.request import (
@@ -98,7 +99,9 @@ class LLMEngine:
         self.max_model_len, self.vocab_size, self.eos_token_ids = (
             setup.max_model_len, setup.vocab_size, setup.eos_token_ids)
         self.detokenizer = Detokenizer(setup.tokenizer) if setup.tokenizer is not None else None
-        self.block_pool = BlockPool(setup.num_blocks, config.block_size)
+        self.block_pool = (BlockPool(setup.num_blocks, config.block_size) if not config.host_cache_blocks else
+                           TieredBlockPool(setup.num_blocks, config.block_size,  # the prefix cache's host tier
+                                           HostPrefixCache(config.host_cache_blocks, setup.num_swap_blocks)))
         self.host_pool = HostBlockPool(setup.num_swap_blocks, config.block_size)  # swapped-out K/V (swap mode)
         self.kv_block_bytes = setup.kv_block_bytes
         self.scheduler = Scheduler(config, self.block_pool, self.max_model_len, self.host_pool)
@@ -301,8 +304,9 @@ class LLMEngine:
             priorities={r.request_id: r.priority for r in joined if r.priority != 0},
             swapped_out={rid: len(c) for rid, c in out.swap_out.items()},
             swapped_in={rid: len(c) for rid, c in out.swap_in.items()},
-            swap_bytes=self.kv_block_bytes * sum(map(len, [*out.swap_out.values(), *out.swap_in.values()])),
-            num_swapped_blocks=self.host_pool.num_used_blocks,
+            spilled_blocks=len(out.spill), loaded_blocks={rid: len(c) for rid, c in out.load.items()},
+            swap_bytes=self.kv_block_bytes * out.num_copies, num_swapped_blocks=self.host_pool.num_used_blocks,
+            num_host_cached_blocks=len(sched.host_cache),
             draft_tokens=dict(result.proposed), accepted_tokens={r: len(a) for r, a in result.accepted.items()},
         )
 

@@ -58,6 +58,11 @@ class SchedulerOutput:
     # them before the forward pass, swap-outs first: a device block a swap-out frees may be refilled this step.
     swap_out: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # (device block, host block) pairs
     swap_in: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # (host block, device block) pairs
+    # the prefix cache's host tier (host_cache_blocks > 0; ``kv/host_cache.py``): cached blocks the pool evicted this
+    # step, copied to host memory with the swap-outs (before their new owners write them), and host copies of a
+    # prompt's next blocks, per admitted request, copied back with the swap-ins
+    spill: list[tuple[int, int]] = field(default_factory=list)  # (device block, host block) pairs
+    load: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # (host block, device block) pairs
     decisions: list[Decision] = field(default_factory=list)  # why: admitted, chunked, preempted, kept waiting
 
     @property
@@ -71,7 +76,13 @@ class SchedulerOutput:
     @property
     def has_work(self) -> bool:
         """Anything for an executor to do: tokens to compute, or KV blocks to copy."""
-        return bool(self.chunks or self.swap_out or self.swap_in)
+        return bool(self.chunks or self.swap_out or self.swap_in or self.spill or self.load)
+
+    @property
+    def num_copies(self) -> int:
+        """KV blocks the step copies between device and host memory, both ways: swaps and the host tier's."""
+        return (sum(map(len, self.swap_out.values())) + sum(map(len, self.swap_in.values())) + len(self.spill)
+                + sum(map(len, self.load.values())))
 
 
 @dataclass(slots=True)
@@ -131,7 +142,8 @@ class Admitted:
     tokens: int  # tokens it computes this step
     blocks: int  # KV blocks it took off the free list
     free_blocks: int  # free blocks before it took them
-    cached_tokens: int = 0  # prompt tokens the prefix cache served
+    cached_tokens: int = 0  # prompt tokens the prefix cache served (both tiers) ...
+    loaded_blocks: int = 0  # ... of which these blocks were copied back from its host tier
     resumed: Literal["", "recompute", "swap_in"] = ""  # after a preemption: how its K/V come back
     swapped_blocks: int = 0  # swap_in: blocks copied back from host memory ...
     swapped_tokens: int = 0  # ... holding this many tokens

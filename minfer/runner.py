@@ -92,9 +92,9 @@ class ModelRunner:
         return self._execute(out)
 
     def _execute(self, out: SchedulerOutput) -> ModelOutput:
-        for copies in out.swap_out.values():  # swap-outs before swap-ins: a freed block may be reused at once
-            self.kv_cache.swap_out(copies)
-        for copies in out.swap_in.values():
+        for copies in [*out.swap_out.values(), out.spill]:  # to host memory first: a block copied out may be
+            self.kv_cache.swap_out(copies)  # refilled at once, by a copy back or by this step's forward pass
+        for copies in [*out.swap_in.values(), *out.load.values()]:
             self.kv_cache.swap_in(copies)
         if not out.chunks:
             return ModelOutput()
@@ -175,7 +175,8 @@ def build_model_executor(config: EngineConfig, model: Any = None, tokenizer: Any
     num_blocks = kv_blocks(cfg, fast, dtype, max_model_len)
     block_bytes = bytes_per_block(mcfg, cfg.block_size, dtype)
     swap_blocks = num_swap_blocks(cfg, block_bytes)
-    kv_cache = PagedKVCache(mcfg, num_blocks, cfg.block_size, dtype, cfg.device, ops, num_host_blocks=swap_blocks)
+    kv_cache = PagedKVCache(mcfg, num_blocks, cfg.block_size, dtype, cfg.device, ops,
+                            num_host_blocks=swap_blocks + cfg.host_cache_blocks)  # the host tier's after the swaps'
     runner = ModelRunner(fast, kv_cache, seed=cfg.seed)
     if cfg.speculative is not None:
         runner.proposer = make_proposer(cfg.speculative, fast, kv_cache, runner.prepare)

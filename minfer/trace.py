@@ -4,7 +4,8 @@ It says who ran and how (prefill or decode tokens per request), who holds how ma
 the queues were, who was admitted, preempted or finished -- and why, as the scheduler recorded each decision
 (``decisions``: records of ``minfer.plan`` with the numbers behind them, such as ``Preempted(request="r7",
 cause="pool_full", by="r2", tokens=57, swapped_blocks=4, ...)``; the dashboard's narration, ``viz.narration``,
-turns them into a sentence per step) -- which KV blocks moved to or from host memory (swap preemption), and how
+turns them into a sentence per step) -- which KV blocks moved to or from host memory (swap preemption, the prefix
+cache's host tier), and how
 long the step took. Widgets only render these records; tests assert on them; a trace saved as JSON lines replays
 anywhere.
 """
@@ -46,8 +47,13 @@ class StepTrace:
     priorities: dict[str, int] = field(default_factory=dict)  # ... and their priority, if not 0
     swapped_out: dict[str, int] = field(default_factory=dict)  # request id → KV blocks copied to host memory
     swapped_in: dict[str, int] = field(default_factory=dict)  # request id → KV blocks copied back from host memory
-    swap_bytes: int = 0  # bytes those copies moved over the host link, both directions together
+    # the prefix cache's host tier (host_cache_blocks): evicted cached blocks copied to host memory this step, and
+    # request id → blocks of its prefix copied back from there at admission
+    spilled_blocks: int = 0
+    loaded_blocks: dict[str, int] = field(default_factory=dict)
+    swap_bytes: int = 0  # bytes all those copies moved over the host link, both directions together
     num_swapped_blocks: int = 0  # host blocks holding swapped-out K/V after the step
+    num_host_cached_blocks: int = 0  # blocks the host tier holds after the step
     # speculative decoding: request id → guessed tokens it verified this step, and how many of them it kept
     draft_tokens: dict[str, int] = field(default_factory=dict)
     accepted_tokens: dict[str, int] = field(default_factory=dict)

@@ -9,6 +9,7 @@ stress a scheduler in different ways, all seeded (the same seed, the same worklo
 * ``bursts``: groups that arrive together, with quiet gaps between (queues build up, then drain);
 * ``long_prompt_spike``: a few very long prompts dropped into steady traffic (chunked prefill's case);
 * ``shared_prefix``: many requests behind the same long system prompt (prefix caching's case).
+* ``multi_turn_chat``: conversations whose every turn resends the whole conversation so far (a host tier's case).
 
 Lengths are long-tailed (log-normal, clipped), the shape of real chat traffic: most requests are
 short, a few are very long. ``save_workload``/``load_workload`` keep a workload as JSON lines, and
@@ -122,6 +123,34 @@ def shared_prefix(n: int, prefix_len: int = 512, suffix_median: float = 32, outp
         prompt = prefixes[i % num_prefixes] + rng.choices(ids, k=suffixes[i])
         items.append(WorkItem(t, len(prompt), outputs[i], prompt=prompt, tenant=f"prefix{i % num_prefixes}"))
     return items
+
+
+def multi_turn_chat(num_conversations: int, turns: int = 4, system_len: int = 128, user_median: float = 32,
+                    answer_len: int = 32, think_time: float = 4.0, rate: float | None = 1.0,
+                    vocab_size: int = 32000, seed: int = 0) -> list[WorkItem]:
+    """``num_conversations`` chats of ``turns`` turns, starting as a Poisson process of ``rate`` per second (None: all
+    at time 0, so each turn of every chat arrives together -- waves, when ``think_time`` outlasts a wave). A turn's
+    prompt is the conversation so far -- a system prompt all chats share, each earlier user message and answer --
+    and a new user message; it asks for ``answer_len`` tokens, and the next turn arrives ``think_time`` seconds
+    later (open loop: a fixed gap, whenever the answer ends). The answers resent in later prompts are drawn here,
+    not the model's (a benchmark cannot wait for them): so the cached prefix a turn finds is its previous turn's
+    whole prompt, the part the previous turn computed as a prompt."""
+    if (rate is not None and rate <= 0) or turns < 1 or num_conversations < 1:
+        raise ValueError(f"need rate > 0, turns >= 1 and num_conversations >= 1, got {rate}, {turns}, "
+                         f"{num_conversations}")
+    rng = random.Random(seed)
+    ids = range(1, vocab_size)
+    system = rng.choices(ids, k=system_len)
+    items, start = [], 0.0
+    for c in range(num_conversations):
+        start += rng.expovariate(rate) if rate is not None else 0.0
+        history = list(system)
+        for turn in range(turns):
+            history += rng.choices(ids, k=lognormal_lengths(rng, 1, user_median, 0.5, 1, 4 * round(user_median))[0])
+            items.append(WorkItem(start + turn * think_time, len(history), answer_len, prompt=list(history),
+                                  tenant=f"chat{c}"))
+            history += rng.choices(ids, k=answer_len)
+    return sorted(items, key=lambda w: w.arrival_time)
 
 
 def scale_time(items: list[WorkItem], factor: float) -> list[WorkItem]:

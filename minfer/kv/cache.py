@@ -4,10 +4,11 @@ All layers' keys and values live in one tensor ``[num_layers, 2, num_blocks, blo
 A block is the unit the BlockPool hands out: ``block_size`` consecutive token slots in *every* layer,
 so one block id addresses the same slots in all 2 × num_layers planes.
 
-With swap preemption the cache also has a *host* tensor, ``[num_host_blocks, num_layers, 2, block_size, Hkv,
-D]``: one host block is one contiguous piece of memory (a single transfer), pinned on CUDA so the copy engine
-reads and writes it directly at the link's full speed. ``swap_out`` and ``swap_in`` copy whole blocks between
-the two, as the scheduler's plan lists them (the ``HostBlockPool`` keeps the bookkeeping).
+With swap preemption, or a host tier for the prefix cache (``host_cache.py``), the cache also has a *host*
+tensor, ``[num_host_blocks, num_layers, 2, block_size, Hkv, D]``: one host block is one contiguous piece of
+memory (a single transfer), pinned on CUDA so the copy engine reads and writes it directly at the link's full
+speed. ``swap_out`` and ``swap_in`` copy whole blocks between the two, as the scheduler's plan lists them (the
+``HostBlockPool`` and the ``HostPrefixCache`` keep the bookkeeping).
 """
 
 from __future__ import annotations

@@ -41,6 +41,7 @@ from dataclasses import replace
 
 from minfer.config import EngineConfig
 from minfer.kv.block_pool import BlockPool, chain_hashes
+from minfer.kv.host_cache import HostPrefixCache, TieredBlockPool
 from minfer.kv.host_pool import HostBlockPool
 from minfer.plan import (
     Admitted,
@@ -71,6 +72,8 @@ class Scheduler:
         self.block_size = pool.block_size
         # where swapped-out KV waits (preemption_mode="swap"); without one, every preemption recomputes
         self.host_pool = host_pool if host_pool is not None else HostBlockPool(0, pool.block_size)
+        # the prefix cache's host tier, if the pool has one (kv/host_cache.py): evicted prefix blocks wait there
+        self.host_cache = pool.host_cache if isinstance(pool, TieredBlockPool) else HostPrefixCache(0)
         self.policy = make_policy(config)
         self.running: list[Request] = []  # kept sorted by policy rank
         self._rank_keys: list = []  # rank of each running request, parallel to self.running
@@ -148,6 +151,9 @@ class Scheduler:
         self._record_chunks(budget, out)
         if cfg.max_waiting is not None:
             self._refuse_overflow(now, out)
+        if isinstance(self.pool, TieredBlockPool):  # copy the blocks this step evicted to the host tier
+            out.spill = self.pool.take_spills()
+            self.host_cache.end_step()
         return out
 
     def _schedule_running(self, budget: StepBudget, out: SchedulerOutput) -> bool:
@@ -194,18 +200,18 @@ class Scheduler:
             if (full := self._no_room(req, budget)) is not None:
                 out.decisions.append(full)
                 return
-            hits, n = self._resume_point(req)  # after preemption, n counts its output tokens too
+            hits, loaded, n = self._resume_point(req)  # after preemption, n counts its output tokens too
             if cfg.enable_chunked_prefill:
                 n = budget.prefill_chunk(n)
             elif n > (left := min(budget.prompt, budget.tokens)) and out.chunks:  # unchunked: whole, alone if it must
                 out.decisions.append(NotAdmitted(req.request_id, "prompt_too_long", need=n, have=left))
                 return
-            total_blocks, need = self._admission_blocks(req, hits, n)
+            total_blocks, need = self._admission_blocks(req, hits, loaded, n)
             if need > self.pool.num_free_blocks:  # wait for memory rather than let smaller requests overtake
                 out.decisions.append(NotAdmitted(req.request_id, "no_free_blocks", need, self.pool.num_free_blocks))
                 return
             self.policy.pop()
-            self._admit(req, hits, total_blocks, n, now, out)
+            self._admit(req, hits, loaded, total_blocks, n, now, out)
             self.pool.append_slots(req.request_id, n)  # within the blocks _admit just allocated
             out.chunks.append(ScheduledChunk(req, req.num_computed_tokens, n, False, self.pool.table(req.request_id)))
             self.policy.on_scheduled(req, n)
@@ -248,13 +254,15 @@ class Scheduler:
             if not c.is_decode and c.num_tokens < left:
                 out.decisions.append(Chunked(c.request.request_id, c.start, c.num_tokens, left, limit, size))
 
-    def _resume_point(self, req: Request) -> tuple[list[int], int]:
-        """Admitting ``req`` now: the cached prefix blocks it can share, and how many tokens are left to compute.
-        A swapped-out request's K/V come back from host memory (no prefix lookup): only its rest is computed."""
+    def _resume_point(self, req: Request) -> tuple[list[int], int, int]:
+        """Admitting ``req`` now: the cached prefix blocks it can share, how many blocks after them the prefix
+        cache's host tier holds (copied back), and how many tokens are left to compute. A swapped-out request's
+        K/V come back from host memory (no prefix lookup): only its rest is computed."""
         if req.request_id in self.host_pool:
-            return [], req.num_tokens - req.num_computed_tokens
+            return [], 0, req.num_tokens - req.num_computed_tokens
         hits = self._prefix_hits(req)
-        return hits, req.num_tokens - len(hits) * self.block_size
+        loaded = self._host_hits(req, len(hits))
+        return hits, loaded, req.num_tokens - (len(hits) + loaded) * self.block_size
 
     def _prefix_hits(self, req: Request) -> list[int]:
         """Cached blocks of the request's longest cached prefix, leaving at least one token to compute
@@ -266,11 +274,18 @@ class Scheduler:
         return self.pool.lookup(req.block_hashes[: (req.num_tokens - 1) // self.block_size])
         # END EXERCISE
 
-    def _admission_blocks(self, req: Request, hits: list[int], n: int) -> tuple[int, int]:
-        """Admitting ``req`` to compute its first ``n`` tokens after the cached prefix ``hits`` (or after the
-        tokens it swaps in): the blocks its table will hold, and how many of them leave the free list (new
-        blocks, and cached ones nobody holds)."""
-        ready = len(hits) * self.block_size + req.num_computed_tokens  # cached, or swapped out (never both)
+    def _host_hits(self, req: Request, start: int) -> int:
+        """Blocks of the request's prefix after its ``start`` cached ones that the host tier holds, leaving at
+        least one token to compute (0 without a host tier)."""
+        if not self.host_cache.num_blocks:
+            return 0
+        return len(self.host_cache.lookup(req.block_hashes[start : (req.num_tokens - 1) // self.block_size]))
+
+    def _admission_blocks(self, req: Request, hits: list[int], loaded: int, n: int) -> tuple[int, int]:
+        """Admitting ``req`` to compute its first ``n`` tokens after the cached prefix ``hits`` and the ``loaded``
+        blocks from the host tier (or after the tokens it swaps in): the blocks its table will hold, and how many
+        of them leave the free list (new blocks, and cached ones nobody holds)."""
+        ready = (len(hits) + loaded) * self.block_size + req.num_computed_tokens  # cached, or swapped out (not both)
         total = self.pool.blocks_for(ready + n)
         if req.metrics.num_preemptions and self.config.resume_rule == "whole":
             # a victim returns only when all it had, and its next token, fit -- taken now, so that its own
@@ -281,10 +296,11 @@ class Scheduler:
         fresh_hits = sum(1 for b in hits if self.pool.ref_counts[b] == 0)
         return total, total - len(hits) + fresh_hits
 
-    def _admit(self, req: Request, hits: list[int], total_blocks: int, n: int, now: float,
+    def _admit(self, req: Request, hits: list[int], loaded: int, total_blocks: int, n: int, now: float,
                out: SchedulerOutput) -> None:
-        """Move ``req`` into the running list with its blocks (shared prefix hits, host copies, new ones) and
-        record why it could start: ``n`` tokens this step, and the blocks it took."""
+        """Move ``req`` into the running list with its blocks (shared prefix hits, blocks copied back from the host
+        tier or from its swap-out, new ones) and record why it could start: ``n`` tokens this step, and the blocks
+        it took."""
         rid, free = req.request_id, self.pool.num_free_blocks
         # BEGIN EXERCISE E6.4
         if rid in self.host_pool:  # its K/V come back from host memory, copied before this step's forward pass
@@ -294,7 +310,12 @@ class Scheduler:
         # END EXERCISE
         if hits:
             self.pool.share(rid, hits)
-            req.num_computed_tokens = len(hits) * self.block_size
+        if loaded:  # the prefix's next blocks wait in the host tier: copied back before this step's forward pass
+            host_blocks = self.host_cache.read(req.block_hashes[len(hits) : len(hits) + loaded])
+            out.load[rid] = list(zip(host_blocks, self.pool.allocate(rid, loaded)))
+            self.pool.append_slots(rid, loaded * self.block_size)  # within the blocks just allocated
+        if hits or loaded:
+            req.num_computed_tokens = (len(hits) + loaded) * self.block_size
             out.num_cached_tokens += req.num_computed_tokens
             if req.metrics.first_scheduled_time is None:
                 req.metrics.num_cached_tokens = req.num_computed_tokens
@@ -311,7 +332,8 @@ class Scheduler:
         out.admitted.append(req)
         swapped = len(out.swap_in.get(rid, ()))
         out.decisions.append(Admitted(
-            rid, n, free - self.pool.num_free_blocks, free, cached_tokens=len(hits) * self.block_size,
+            rid, n, free - self.pool.num_free_blocks, free, cached_tokens=(len(hits) + loaded) * self.block_size,
+            loaded_blocks=loaded,
             resumed="swap_in" if swapped else "recompute" if req.metrics.num_preemptions else "",
             swapped_blocks=swapped, swapped_tokens=req.num_computed_tokens if swapped else 0))
 
@@ -351,9 +373,9 @@ class Scheduler:
             if head.priority >= victim.priority:
                 return
             if len(self.running) < self.config.max_num_seqs:  # a free slot: does its first chunk fit?
-                hits, n = self._resume_point(head)
+                hits, loaded, n = self._resume_point(head)
                 n = min(n, self.full_budget.prompt)  # unchunked: all of it
-                if self._admission_blocks(head, hits, n)[1] <= self.pool.num_free_blocks:
+                if self._admission_blocks(head, hits, loaded, n)[1] <= self.pool.num_free_blocks:
                     return
             self._preempt(victim, out, by=head, cause="priority")
 
@@ -496,4 +518,5 @@ class Scheduler:
         assert ids == set(self.requests), "a request is lost or counted twice between the queues"
         self.pool.check_invariants(owners=run_ids)
         self.host_pool.check_invariants(owners=swapped)
+        self.host_cache.check_invariants()
 

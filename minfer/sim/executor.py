@@ -61,14 +61,15 @@ class SimExecutor:
             return 0.0
         link = self.hardware.host_link_bandwidth
         if link is None:
-            raise ValueError(f"hardware {self.hardware.name!r} has no host_link_bandwidth: swap preemption "
-                             "cannot be priced (set one with dataclasses.replace, or use preemption_mode='recompute')")
+            raise ValueError(f"hardware {self.hardware.name!r} has no host_link_bandwidth: KV copies to host memory "
+                             "(swap preemption, host_cache_blocks) cannot be priced (set one with dataclasses.replace, "
+                             "or use preemption_mode='recompute' and host_cache_blocks=0)")
         return num_blocks * self.block_bytes / link
 
     def execute(self, out: SchedulerOutput) -> ModelOutput:
         """A placeholder token for each request whose chunk reaches its last token; the modelled seconds: the
         step's KV block copies over the host link, then its compute."""
-        copies = sum(map(len, out.swap_out.values())) + sum(map(len, out.swap_in.values()))
+        copies = out.num_copies  # swaps, and the prefix cache's host tier
         seconds = self.swap_time(copies) if copies else 0.0
         if not out.chunks:
             return ModelOutput({}, seconds)
@@ -166,7 +167,7 @@ def build_sim_executor(config: EngineConfig, model: Any = None, tokenizer: Any =
         draft = draft_spec(spec, speculative)
     executor = SimExecutor(spec, hardware, dtype, config.block_size,
                            speculative.acceptance_rate if speculative is not None else None, draft)
-    if config.preemption_mode == "swap" and hardware.host_link_bandwidth is None:
+    if (config.preemption_mode == "swap" or config.host_cache_blocks) and hardware.host_link_bandwidth is None:
         executor.swap_time(1)  # raises: say so now, not at the first preemption
     return ExecutorSetup(executor=executor, num_blocks=kv_pool_blocks(config, spec, hardware, dtype),
                          max_model_len=min(config.max_model_len or limit, limit), kv_block_bytes=executor.block_bytes,

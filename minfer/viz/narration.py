@@ -62,6 +62,8 @@ def _admitted(d: Admitted) -> str:
                          "tokens): ",
               "recompute": "resumes after preemption, recomputing: ", "": ""}[d.resumed]
     cached = f", {d.cached_tokens} tokens from the prefix cache" if d.cached_tokens else ""
+    if d.loaded_blocks:
+        cached += f" ({d.loaded_blocks} blocks copied back from its host tier)"
     return f"{resume}{d.tokens} tokens this step, {d.blocks} of {d.free_blocks} free blocks{cached}"
 
 

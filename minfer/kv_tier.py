@@ -1,0 +1,110 @@
+"""What a host tier for the prefix cache buys: hit rate and TTFT against its size, on multi-turn chats.
+
+Each turn of a chat resends the whole conversation, so its prompt is mostly the previous turn's: a prefix cache
+should serve it. But between two turns of one chat, the other chats' turns run and fill the device's KV pool;
+when the pool is small against the chats in flight, the conversation's blocks are evicted before it comes back,
+and the next turn computes its whole history again. A host tier (``EngineConfig.host_cache_blocks``,
+``kv/host_cache.py``) keeps those blocks in host memory and copies them back on the hit: TTFT falls as the
+tier grows, until it holds every conversation (then more host memory buys nothing).
+
+``sweep`` runs the same seeded chats once per tier size, on any engine config: the real model (the copies are
+memcpy within the CPU's memory, priced by the clock) or the simulator (priced over the hardware's host link,
+PCIe on a GPU). ``python -m minfer.kv_tier`` prints the table; ``--sim H100-SXM`` for a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from minfer.config import EngineConfig
+from minfer.engine import LLMEngine
+from minfer.metrics import summarize
+from minfer.workload import WorkItem, multi_turn_chat, submit
+
+
+@dataclass(slots=True, frozen=True)
+class TierPoint:
+    """One run of the chats with a host tier of ``host_blocks`` blocks (0: none)."""
+
+    host_blocks: int
+    prefix_hit_rate: float  # prompt tokens served by either tier / prompt tokens
+    host_hit_rate: float  # ... of which by the host tier (blocks copied back)
+    ttft_p50: float  # seconds
+    ttft_mean: float
+    prompt_tokens_computed: int  # prompt tokens the engine computed (the rest came from a cache)
+    copied_bytes: int  # KV bytes the tier moved over the host link, both ways
+    evictions: int  # cached blocks the device pool evicted
+
+    def row(self) -> str:
+        return (f"{self.host_blocks:>11} {self.prefix_hit_rate:>8.1%} {self.host_hit_rate:>8.1%} "
+                f"{self.ttft_p50 * 1e3:>12.1f} {self.ttft_mean * 1e3:>13.1f} {self.prompt_tokens_computed:>15} "
+                f"{self.copied_bytes / 2**20:>10.1f}")
+
+
+TABLE_HEADER = (f"{'host blocks':>11} {'hit rate':>8} {'  of it host':>8} {'TTFT p50 ms':>12} {'TTFT mean ms':>13} "
+                f"{'prompt computed':>15} {'copied MiB':>10}")
+
+
+def chats(num_conversations: int = 12, turns: int = 3, seed: int = 0, **shape: Any) -> list[WorkItem]:
+    """The sweep's default traffic: ``multi_turn_chat``, answers of 16 tokens unless ``shape`` says otherwise."""
+    return multi_turn_chat(num_conversations, turns, seed=seed, **{"answer_len": 16} | shape)
+
+
+def run_point(config: EngineConfig, host_blocks: int, items: Sequence[WorkItem], model: Any = None,
+              tokenizer: Any = None) -> TierPoint:
+    """``items`` on an engine of ``config`` with a host tier of ``host_blocks`` blocks."""
+    cfg = replace(config, enable_prefix_caching=True, host_cache_blocks=host_blocks)
+    engine = LLMEngine(cfg, model=model, tokenizer=tokenizer)
+    submit(engine, items)
+    engine.run()
+    s = summarize(engine.finished)
+    loaded = sum(n for t in engine.trace for n in t.loaded_blocks.values())
+    host_hits = loaded * cfg.block_size / s.prompt_tokens if s.prompt_tokens else 0.0
+    computed = sum(t.num_prefill_tokens for t in engine.trace)
+    return TierPoint(host_blocks, s.prefix_hit_rate, host_hits, s.ttft.p50, s.ttft.mean, computed,
+                     sum(t.swap_bytes for t in engine.trace), engine.block_pool.num_evictions)
+
+
+def sweep(config: EngineConfig, sizes: Sequence[int], items: Sequence[WorkItem] | None = None, model: Any = None,
+          tokenizer: Any = None, on_point: Callable[[TierPoint], None] | None = None) -> list[TierPoint]:
+    """One run per host-tier size, the same chats each time (``chats()`` by default)."""
+    items = chats() if items is None else items
+    points = []
+    for size in sizes:
+        points.append(run_point(config, size, items, model, tokenizer))
+        if on_point is not None:
+            on_point(points[-1])
+    return points
+
+
+def format_sweep(points: Sequence[TierPoint]) -> str:
+    return "\n".join([TABLE_HEADER, *(p.row() for p in points)])
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m minfer.kv_tier", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sim", metavar="HARDWARE", help="simulate this hardware (e.g. H100-SXM), not the real model")
+    ap.add_argument("--model", default=None, help="the model (default: smollm2-135m, or llama-3-8b with --sim)")
+    ap.add_argument("--num-blocks", type=int, default=None, help="the device's KV blocks (few: chats overflow)")
+    ap.add_argument("--sizes", type=int, nargs="+", default=None, help="host-tier sizes in blocks")
+    ap.add_argument("--conversations", type=int, default=16)
+    ap.add_argument("--turns", type=int, default=3)
+    args = ap.parse_args(argv)
+    if args.sim:
+        config = EngineConfig(executor="sim", hardware=args.sim, model=args.model or "llama-3-8b",
+                              num_blocks=args.num_blocks or 400)
+        items = chats(args.conversations * 4, args.turns + 1, system_len=512, user_median=64, answer_len=64)
+        sizes = args.sizes or [0, 250, 1000, 4000]
+    else:
+        config = EngineConfig(model=args.model or "smollm2-135m", num_blocks=args.num_blocks or 48)
+        items = chats(args.conversations, args.turns, answer_len=16)
+        sizes = args.sizes or [0, 32, 128, 512]
+    print(TABLE_HEADER, flush=True)
+    sweep(config, sizes, items, on_point=lambda p: print(p.row(), flush=True))
+
+
+if __name__ == "__main__":
+    main()
