@@ -192,3 +192,18 @@ def test_multi_turn_chat_prompts_extend_the_previous_turn():
             assert len(nxt.prompt) > len(prev.prompt) + 5
         assert all(w.prompt[:16] == items[0].prompt[:16] for w in turns), "one system prompt for every chat"
     assert multi_turn_chat(3, turns=3, seed=1) == multi_turn_chat(3, turns=3, seed=1)
+
+
+def test_tier_sweep_on_the_simulator_counts_what_the_trace_shows():
+    from minfer.kv_tier import TABLE_HEADER, format_sweep, on_a_gpu, sweep
+
+    config, _, _ = on_a_gpu()
+    items = multi_turn_chat(24, turns=3, system_len=512, user_median=64, answer_len=64, rate=4.0, seed=3)
+    none, small, big = sweep(config, [0, 100, 2000], items)
+    assert none.host_hit_rate == 0 and none.copied_bytes == 0
+    assert none.evictions > 0, "the device pool is meant to overflow"
+    assert big.host_hit_rate > 0 and big.prefix_hit_rate > none.prefix_hit_rate
+    assert none.prompt_tokens_computed > big.prompt_tokens_computed
+    assert small.prompt_tokens_computed >= big.prompt_tokens_computed
+    table = format_sweep([none, big]).splitlines()
+    assert table[0] == TABLE_HEADER and table[2].split()[0] == "2000"
