@@ -15,6 +15,7 @@ PCIe on a GPU). ``python -m minfer.kv_tier`` prints the table; ``--sim H100-SXM`
 from __future__ import annotations
 
 import argparse
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -37,6 +38,7 @@ class TierPoint:
     prompt_tokens_computed: int  # prompt tokens the engine computed (the rest came from a cache)
     copied_bytes: int  # KV bytes the tier moved over the host link, both ways
     evictions: int  # cached blocks the device pool evicted
+    outputs_digest: str  # of every request's generated tokens: equal digests, equal outputs (the tier is exact)
 
     def row(self) -> str:
         return (f"{self.host_blocks:>11} {self.prefix_hit_rate:>8.1%} {self.host_hit_rate:>8.1%} "
@@ -64,8 +66,10 @@ def run_point(config: EngineConfig, host_blocks: int, items: Sequence[WorkItem],
     loaded = sum(n for t in engine.trace for n in t.loaded_blocks.values())
     host_hits = loaded * cfg.block_size / s.prompt_tokens if s.prompt_tokens else 0.0
     computed = sum(t.num_prefill_tokens for t in engine.trace)
+    outputs = sorted((r.request_id, r.output_token_ids) for r in engine.finished)
     return TierPoint(host_blocks, s.prefix_hit_rate, host_hits, s.ttft.p50, s.ttft.mean, computed,
-                     sum(t.swap_bytes for t in engine.trace), engine.block_pool.num_evictions)
+                     sum(t.swap_bytes for t in engine.trace), engine.block_pool.num_evictions,
+                     hashlib.sha256(repr(outputs).encode()).hexdigest()[:16])
 
 
 def sweep(config: EngineConfig, sizes: Sequence[int], items: Sequence[WorkItem] | None = None, model: Any = None,

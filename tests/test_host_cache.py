@@ -207,3 +207,16 @@ def test_tier_sweep_on_the_simulator_counts_what_the_trace_shows():
     assert small.prompt_tokens_computed >= big.prompt_tokens_computed
     table = format_sweep([none, big]).splitlines()
     assert table[0] == TABLE_HEADER and table[2].split()[0] == "2000"
+
+
+def test_tier_sweep_outputs_digest_is_equal_across_sizes_on_the_tiny_model(tiny):
+    from minfer.kv_tier import sweep
+
+    model, tok = tiny
+    items = multi_turn_chat(6, turns=3, system_len=40, user_median=24, answer_len=6, rate=None, think_time=600.0,
+                            vocab_size=320)
+    config = EngineConfig(model="tiny-random", num_blocks=24, max_num_seqs=3, debug_checks=True)
+    points = sweep(config, [0, 3, 64], items, model, tok)
+    assert len({p.outputs_digest for p in points}) == 1, "the same tokens with any tier size"
+    assert points[0].evictions > 0 and points[2].host_hit_rate > 0
+    assert points[2].prompt_tokens_computed < points[0].prompt_tokens_computed
