@@ -63,7 +63,7 @@ from minfer.cpu_malloc import keep_freed_memory
 from minfer.engine import OFFLINE_DEFAULTS
 from minfer.metrics import SLO, SpecDecodeStats, Summary, summarize
 from minfer.ops.backends import resolve_backend
-from minfer.ops.linear import onednn_problem, resolve_linear_backend
+from minfer.ops.linear import onednn_problem, resolve_linear_backend, whole_model_dtypes
 from minfer.ops.pointwise import resolve_pointwise_backend
 from minfer.types import DType, LinearBackendName, WeightFormat
 from minfer.units import ceil_div
@@ -654,9 +654,8 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
         return []
     if args.weights_decode:
         keep_freed_memory()
-        why = onednn_problem(torch.bfloat16, "cpu")  # a bfloat16 row where this CPU multiplies it natively
-        print_weights_decode(*weights_decode(rounds=args.repeat if args.repeat > 1 else 5,
-                                             dtypes=() if why else ("bfloat16",)))
+        dtypes, why = whole_model_dtypes()  # a bfloat16 row where this CPU multiplies it natively
+        print_weights_decode(*weights_decode(rounds=args.repeat if args.repeat > 1 else 5, dtypes=dtypes))
         if why:
             print(f"(no bfloat16 row: {why})")
         return []

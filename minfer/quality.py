@@ -154,9 +154,9 @@ def table(results: Sequence[Quality]) -> str:
 
 
 if __name__ == "__main__":
-    from minfer.ops.linear import onednn_problem
+    from minfer.ops.linear import whole_model_dtypes
 
-    why = onednn_problem(torch.bfloat16, "cpu")  # bfloat16 where this CPU multiplies it natively, else said why not
-    print(table(measure(dtypes=() if why else ("bfloat16",))))
+    dtypes, why = whole_model_dtypes()  # bfloat16 where this CPU multiplies it natively, else said why not
+    print(table(measure(dtypes=dtypes)))
     if why:
         print(f"(no bfloat16 row: {why})")

@@ -253,3 +253,13 @@ def test_auto_falls_back_to_onednn_with_a_notice_where_the_kernel_does_not_build
     assert "linear_backend='auto' skips 'cpp' (no C++ compiler found)" in capsys.readouterr().err
     with pytest.raises(ValueError, match=re.escape("linear_backend='cpp' cannot run here: no C++ compiler found")):
         resolve_linear_backend("cpp", torch.float32, "cpu")
+
+
+def test_whole_model_dtypes_says_bfloat16_or_why_not():
+    import torch
+
+    from minfer.ops.linear import onednn_problem, whole_model_dtypes
+
+    dtypes, why = whole_model_dtypes()
+    native = onednn_problem(torch.bfloat16, "cpu") is None
+    assert (dtypes, why is None) == ((("bfloat16",), True) if native else ((), False))

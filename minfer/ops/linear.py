@@ -79,6 +79,13 @@ def onednn_problem(dtype: torch.dtype, device: torch.device | str) -> str | None
     return None
 
 
+def whole_model_dtypes() -> tuple[tuple[str, ...], str | None]:
+    """The dtypes besides float32 a whole model runs in natively on this CPU -- ``("bfloat16",)`` where oneDNN
+    multiplies bfloat16 in hardware -- and, when there are none, why not: the rows a quality or speed table adds."""
+    why = onednn_problem(torch.bfloat16, "cpu")
+    return ((), why) if why else (("bfloat16",), None)
+
+
 def problem(name: str, dtype: torch.dtype, device: torch.device | str) -> str | None:
     """Why backend ``name`` cannot run ``dtype`` on ``device`` here, or None when it can."""
     if name == "cpp":
