@@ -20,7 +20,7 @@ PYTEST_ARGS ?=
 TESTS       ?= tests
 NOTEBOOKS   ?= notebooks
 
-.PHONY: setup linked-venv lab test test-unit test-notebooks test-gpu notebooks bench bench-peers lint clean student check grade book
+.PHONY: setup linked-venv lab test test-unit test-notebooks test-gpu notebooks bench bench-peers load-tools lint clean student check grade book
 
 # A .venv that is a link belongs to another checkout: make student links build/student/.venv to this one's. Nothing is
 # installed into it (pip install -e . would point the other checkout's minfer here), and PYTHONPATH puts this tree's
@@ -141,10 +141,26 @@ $(PEERS_STAMP): pyproject.toml Makefile
 bench-peers: $(PEERS_STAMP)
 	$(PEERS)/bin/python -m minfer.bench $(BENCH_ARGS) --json bench-peers.json
 
+# The ecosystem's load generators against minfer's server (docs/serving.md): `vllm bench serve` from .venv-peers and
+# GuideLLM from an environment of its own (it pins pydantic, datasets and transformers versions of its own; torch is
+# pinned to the CPU build, else pip brings the CUDA one, 6 GB), beside minfer's own client, on one workload.
+GUIDELLM := .venv-guidellm
+GUIDELLM_STAMP := $(GUIDELLM)/.installed
+LOAD_TOOLS_ARGS ?=
+
+$(GUIDELLM_STAMP): Makefile
+	@test -x $(GUIDELLM)/bin/python || $(PYTHON) -m venv $(GUIDELLM)
+	$(GUIDELLM)/bin/python -m pip install --quiet --upgrade pip
+	$(GUIDELLM)/bin/python -m pip install --quiet "$(TORCH_SPEC)" guidellm
+	@touch $(GUIDELLM_STAMP)
+
+load-tools: setup $(PEERS_STAMP) $(GUIDELLM_STAMP)
+	$(BIN)/python -m minfer.loadtools $(LOAD_TOOLS_ARGS)
+
 lint: setup
 	$(BIN)/ruff check minfer tests scripts
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) $(PEERS) .pytest_cache .ruff_cache .hypothesis build dist *.egg-info
+	rm -rf $(VENV) $(PEERS) $(GUIDELLM) .pytest_cache .ruff_cache .hypothesis build dist *.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -48,8 +48,8 @@ LAYERS: list[tuple[str, list[str]]] = [  # bottom-up; a module may import its ow
     ("tools", ["minfer.validate", "minfer.validate.*", "minfer.baselines", "minfer.bench", "minfer.capacity",
                "minfer.viz",
                "minfer.viz.*", "minfer.notebook", "minfer.serve", "minfer.serve.*", "minfer.loadgen",
-               "minfer.roofline", "minfer.step_time", "minfer.peers", "minfer.quality", "minfer.capstone",
-               "minfer.exercises", "minfer.exercises.*", "minfer.disagg", "minfer.kv_tier"]),
+               "minfer.roofline", "minfer.step_time", "minfer.peers", "minfer.loadtools", "minfer.quality",
+               "minfer.capstone", "minfer.exercises", "minfer.exercises.*", "minfer.disagg", "minfer.kv_tier"]),
 ]
 
 # The simulator is the executor that runs no model: beside the model runner, not on top of it, and under the

@@ -143,6 +143,32 @@ def test_sampling_fields_reach_the_engine(http):
     assert chat["usage"]["completion_tokens"] == 3
 
 
+# The bodies the ecosystem's load generators send (minfer.loadtools runs the tools, tests/test_load_tools.py):
+# vLLM's `bench serve` (vllm/benchmarks/lib/endpoint_request_func.py) and GuideLLM's openai_http backend.
+LOAD_TOOL_BODIES = {
+    "vllm bench serve": {"model": "tiny-random", "prompt": "hello there", "repetition_penalty": 1.0, "max_tokens": 5,
+                         "logprobs": None, "stream": True, "stream_options": {"include_usage": True},
+                         "ignore_eos": True, "temperature": 0},
+    "guidellm": {"model": "tiny-random", "stream": True, "max_tokens": 5, "ignore_eos": True, "temperature": 0,
+                 "stream_options": {"include_usage": True, "continuous_usage_stats": True}, "prompt": "hello there"},
+}
+
+
+@pytest.mark.parametrize("tool", LOAD_TOOL_BODIES)
+def test_the_load_tools_requests_are_served(http, tool):
+    """Each tool times the first event with choices as the first token and counts tokens from the last usage event:
+    every token event carries text, and the usage event (no choices) says max_tokens."""
+    with http.stream("POST", "/completions", json=LOAD_TOOL_BODIES[tool]) as r:
+        assert r.status_code == 200, r.read()
+        events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    tokens = [c for c in chunks if c["choices"]]
+    assert tokens and all("text" in c["choices"][0] for c in tokens)
+    assert tokens[-1]["choices"][0]["finish_reason"] == "length"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 5
+
+
 def test_models_health_metrics(http, server):
     models = http.get("/models").json()
     assert models["object"] == "list" and models["data"][0]["id"] == "tiny-random"
@@ -190,6 +216,8 @@ BAD = [  # (endpoint, body, the field the 400 must name, or None where no single
     ("completions", {"prompt": "hi", "n": True}, "n"),
     ("completions", {"prompt": "hi", "logprobs": 3}, "logprobs"),
     ("completions", {"prompt": "hi", "echo": True}, "echo"),
+    ("completions", {"prompt": "hi", "repetition_penalty": 1.2}, "repetition_penalty"),  # vLLM's extensions
+    ("completions", {"prompt": "hi", "min_p": 0.1}, "min_p"),
     ("completions", {"prompt": "hi", "stream": "yes"}, "stream"),
     ("completions", {"prompt": "hi", "stream_options": {"include_usage": True}}, "stream_options"),
     ("completions", {"prompt": "hi", "user": 5}, "user"),

@@ -26,10 +26,12 @@ from minfer.request import RequestOutput, SamplingParams
 SAMPLING_FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stop_token_ids", "ignore_eos")
 # every field the engine validates, for naming the culprit of its error messages (``param`` of the body)
 ENGINE_FIELDS = (*SAMPLING_FIELDS, "prompt", "priority", "tenant", "request_id", "arrival_time")
-# OpenAI features minfer does not have: refused unless the value is neutral (None, false, 0, "", [], {})
+# OpenAI features and vLLM extensions minfer does not have: refused unless the value is neutral (None, false, 0, "",
+# [], {}, or the feature's own "off" in NEUTRAL). vLLM's bench client sends repetition_penalty 1.0 with every request
 UNSUPPORTED = ("logprobs", "top_logprobs", "echo", "suffix", "presence_penalty", "frequency_penalty",
                "logit_bias", "tools", "tool_choice", "functions", "function_call", "best_of", "audio",
-               "prediction", "min_tokens")
+               "prediction", "min_tokens", "repetition_penalty", "min_p")
+NEUTRAL = {"best_of": 1, "repetition_penalty": 1}
 REFUSED = ("rejected", "timeout")  # finished by the engine before they ran: the queue was full, shed, timed out
 
 
@@ -121,7 +123,7 @@ def _common(body: dict[str, Any], kind: str, served: str | Sequence[str], defaul
                            param="n")
     for name in UNSUPPORTED:
         value = body.get(name)
-        if value not in (None, False, 0, "", [], {}) and not (name == "best_of" and value == 1):
+        if value not in (None, False, 0, "", [], {}) and not (name in NEUTRAL and value == NEUTRAL[name]):
             raise RequestError(f"{name} is not supported by minfer (got {json.dumps(value)[:60]})", param=name)
     fmt = body.get("response_format")
     if fmt is not None and fmt != {"type": "text"}:
