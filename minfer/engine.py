@@ -90,7 +90,7 @@ class LLMEngine:
         self.finished: list[Request] = []  # requests that ended, in order (metrics read these); the most
         # recent config.finished_window of them when it is set (as engine.trace keeps config.trace_window steps)
         self._ended_between_steps: list[Request] = []  # aborted since the last step: the next step reports them
-        self._stream = True  # an output for every request that got a token (run() needs only the finished)
+        self.stream_outputs = True  # an output for every request that got a token (False: only those that ended)
         self._step_index = 0
         setup = build_executor(config, model, tokenizer)
         self.executor = setup.executor
@@ -222,7 +222,7 @@ class LLMEngine:
         detok = self.detokenizer
         for req, reason, why, got in checks:
             new_text = ""
-            if detok is not None and (self._stream or req.params.stop or reason):  # run(): decode once, at the end
+            if detok is not None and (self.stream_outputs or req.params.stop or reason):  # else: decode once, at last
                 before = req.num_output_tokens - got
                 try:
                     new_text, stop = self._new_text(detok, req, reason, got, now)
@@ -234,7 +234,7 @@ class LLMEngine:
                         got = req.num_output_tokens - before  # the tokens after it are gone
             if reason is not None:
                 self.scheduler.finish(req, reason, why, now)
-            if self._stream or req.is_finished:
+            if self.stream_outputs or req.is_finished:
                 outputs.append(self._output(req, req.output_token_ids[-got:] if got else [], new_text))
         for req in ended + self._ended_between_steps:
             new_text = detok.update(req, req.finish_reason).new_text if detok is not None else ""
@@ -311,7 +311,7 @@ class LLMEngine:
         """Step until every request has finished; returns each request's final output."""
         final: dict[str, RequestOutput] = {}
         total = self.num_unfinished_requests
-        self._stream = False  # nobody reads per-token outputs: skip them (each copies the tokens so far)
+        stream, self.stream_outputs = self.stream_outputs, False  # nobody reads per-token outputs: skip them
         try:
             with tqdm(total=total, disable=not progress, desc="requests", unit="req") as bar:
                 while self.has_unfinished_requests():
@@ -320,7 +320,7 @@ class LLMEngine:
                             final[o.request_id] = o
                             bar.update(1)
         finally:
-            self._stream = True
+            self.stream_outputs = stream
         return list(final.values())
 
 
