@@ -219,10 +219,10 @@ class LLMEngine:
         """End what must end, then build outputs: first for requests that got a token, then for those that
         ended without one (refused, timed out, aborted, failed). Finished requests move to ``self.finished``."""
         outputs = []
-        detok = self.detokenizer
+        detok, stream = self.detokenizer, self.stream_outputs
         for req, reason, why, got in checks:
             new_text = ""
-            if detok is not None and (self.stream_outputs or req.params.stop or reason):  # else: decode once, at last
+            if detok is not None and (stream or req.params.stop or reason):  # not streaming: decode once, at the end
                 before = req.num_output_tokens - got
                 try:
                     new_text, stop = self._new_text(detok, req, reason, got, now)
@@ -232,9 +232,9 @@ class LLMEngine:
                     if stop is not None:  # a stop string, even one the last allowed token completed
                         reason, why = "stop", stop
                         got = req.num_output_tokens - before  # the tokens after it are gone
-            if reason is not None:
+            if reason is not None:  # it ends here (a request that failed in the step got no token: not in checks)
                 self.scheduler.finish(req, reason, why, now)
-            if self.stream_outputs or req.is_finished:
+            if stream or reason is not None:
                 outputs.append(self._output(req, req.output_token_ids[-got:] if got else [], new_text))
         for req in ended + self._ended_between_steps:
             new_text = detok.update(req, req.finish_reason).new_text if detok is not None else ""
