@@ -3,7 +3,7 @@
     python -m minfer.bench                          # the README benchmark (every registered system)
     python -m minfer.bench --sim H100-SXM --model llama-3-8b --workload poisson --rate 40 -n 2000 \\
         --config small:max_num_seqs=32 --config large:max_num_seqs=256 --slo-ttft 1 --slo-tpot 0.05
-    python -m minfer.bench --scale                  # how fast the simulator itself runs
+    python -m minfer.bench --scale [--split 4:4]    # how fast the simulator itself runs (one instance, or several)
     python -m minfer.bench --sweep [--endpoint URL | --sim H100-SXM]   # a capacity report (minfer.capacity)
 
 A *system* is a name and a runner: a function that takes a workload (a list of ``WorkItem``) and returns
