@@ -3,7 +3,7 @@
     python -m minfer.bench                          # the README benchmark (every registered system)
     python -m minfer.bench --sim H100-SXM --model llama-3-8b --workload poisson --rate 40 -n 2000 \\
         --config small:max_num_seqs=32 --config large:max_num_seqs=256 --slo-ttft 1 --slo-tpot 0.05
-    python -m minfer.bench --scale                  # how fast the simulator itself runs
+    python -m minfer.bench --scale [--split 4:4]    # how fast the simulator itself runs (one instance, or several)
     python -m minfer.bench --sweep [--endpoint URL | --sim H100-SXM]   # a capacity report (minfer.capacity)
 
 A *system* is a name and a runner: a function that takes a workload (a list of ``WorkItem``) and returns
@@ -37,11 +37,13 @@ Adding a system from your own code::
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, cast
 
@@ -318,21 +320,44 @@ def token_times_digest(finished: Sequence[Any]) -> str:
     return h.hexdigest()[:16]
 
 
-def scale_benchmark(n: int = 10_000, rate: float = 60.0, max_num_seqs: int = 256, seed: int = 0,
-                    repeats: int = 3) -> dict[str, float | str]:
+@contextmanager
+def no_gc_pauses() -> Iterator[None]:
+    """Run the block without Python's cycle collector. It walks every live container now and then, and a simulation
+    of 100,000 requests holds millions (every prompt's token list, every request's token times), while its steps
+    make no cycles to collect: each walk is pure cost, seconds of it at that scale. (vLLM freezes its heap after
+    start-up for the same reason.) Reference counting still frees everything as usual."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def scale_benchmark(n: int = 10_000, rate: float | None = None, max_num_seqs: int = 256, seed: int = 0,
+                    repeats: int = 3, instances: int = 1, split: tuple[int, int] | None = None
+                    ) -> dict[str, float | str]:
     """Simulate ``n`` requests of ``scale_workload`` on Llama-3-8B / H100-SXM, and time the scheduler's steps
-    with ``max_num_seqs`` requests running. Returns the figures (wall seconds are of this machine)."""
+    with ``max_num_seqs`` requests running. Returns the figures (wall seconds are of this machine).
+
+    ``instances`` > 1: the same traffic on that many simulated H100s (``minfer.disagg``), colocated, or ``split``
+    ``(prefill, decode)`` instances; ``rate`` defaults to 60 requests/s on one instance (past its capacity: the
+    queue grows) and 30 per instance on several."""
+    if instances > 1 or split is not None:
+        return _cluster_scale(n, rate or 30.0 * instances, max_num_seqs, seed, instances, split)
     from minfer.engine import LLMEngine
 
     config = EngineConfig(model="llama-3-8b", executor="sim", hardware="H100-SXM", max_num_seqs=max_num_seqs,
                           record_trace=False)
-    items = scale_workload(n, rate, seed)
+    items = scale_workload(n, rate or 60.0, seed)
     engine = LLMEngine(config)
-    t0 = time.perf_counter()
-    submit(engine, items, seed=seed)
-    t1 = time.perf_counter()
-    engine.run()
-    t2 = time.perf_counter()
+    with no_gc_pauses():
+        t0 = time.perf_counter()
+        submit(engine, items, seed=seed)
+        t1 = time.perf_counter()
+        engine.run()
+        t2 = time.perf_counter()
     s = summarize(engine.finished)
     digest = token_times_digest(engine.finished)
 
@@ -356,6 +381,26 @@ def scale_benchmark(n: int = 10_000, rate: float = 60.0, max_num_seqs: int = 256
             "ttft_p50_s": s.ttft.p50, "ttft_p99_s": s.ttft.p99, "tpot_p50_s": s.tpot.p50,
             "preemptions": s.num_preemptions, "full_batch": max_num_seqs,
             "steps_per_s_at_full_batch": statistics.median(rates), "token_times_digest": digest}
+
+
+def _cluster_scale(n: int, rate: float, max_num_seqs: int, seed: int, instances: int,
+                   split: tuple[int, int] | None) -> dict[str, float | str]:
+    """``scale_benchmark`` on several instances: ``instances`` colocated ones, or ``split`` = (prefill, decode)."""
+    from minfer.disagg import run_colocated, run_disaggregated
+
+    if split is not None and sum(split) != instances:
+        raise ValueError(f"--split {split[0]}:{split[1]} needs {sum(split)} instances, not {instances}")
+    items = scale_workload(n, rate, seed)
+    with no_gc_pauses():
+        t0 = time.perf_counter()  # the run draws its prompts too (as submitting them does on one instance)
+        run = (run_colocated(items, instances, seed=seed, max_num_seqs=max_num_seqs) if split is None else
+               run_disaggregated(items, *split, seed=seed, max_num_seqs=max_num_seqs))
+        t1 = time.perf_counter()
+    s = run.summary()
+    return {"requests": n, "layout": run.layout, "rate": rate, "wall_s": t1 - t0, "simulated_s": s.duration,
+            "output_tokens": s.output_tokens, "simulated_output_tok_s": s.output_throughput,
+            "ttft_p50_s": s.ttft.p50, "ttft_p99_s": s.ttft.p99, "tpot_p50_s": s.tpot.p50,
+            "preemptions": s.num_preemptions, "token_times_digest": token_times_digest(run.requests)}
 
 
 # ---- the command line -----------------------------------------------------------------------------
@@ -634,6 +679,10 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     p.add_argument("--threads", type=int, default=None, help="threads for every system, peers included "
                    "(default: PyTorch's, every core)")
     p.add_argument("--scale", action="store_true", help="time the simulator on 10,000 requests")
+    p.add_argument("--instances", type=int, default=1, help="with --scale: that many simulated H100s, colocated "
+                   "(minfer.disagg), 30 requests/s each")
+    p.add_argument("--split", default=None, metavar="P:D", help="with --scale: P prefill and D decode instances "
+                   "(disaggregated; --instances defaults to P + D)")
     p.add_argument("--list", action="store_true", help="list the registered systems")
     p.add_argument("--weights-decode", action="store_true", help="batch-1 decode time of each weight format "
                    "(weights='dtype', 'int8', 'q4'; the model in bfloat16 too where the CPU multiplies it natively) "
@@ -665,7 +714,10 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
         print_speculative_copy(speculative_copy(speculative_config=spec, rounds=max(args.repeat, 3)), spec)
         return []
     if args.scale:
-        figures = scale_benchmark(args.num_requests or 10_000, seed=args.seed)
+        split = tuple(int(x) for x in args.split.split(":")) if args.split else None
+        instances = sum(split) if split and args.instances == 1 else args.instances
+        figures = scale_benchmark(args.num_requests or 10_000, seed=args.seed, instances=instances,
+                                  split=split)  # type: ignore[arg-type]
         for k, v in figures.items():
             shown = f"{v:,.4g}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else v
             print(f"{k:28s} {shown}")

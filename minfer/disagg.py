@@ -94,13 +94,13 @@ class ClusterRun:
         return summarize(self.requests, slo)
 
 
-def _next_start(engine: LLMEngine) -> float | None:
-    """When ``engine`` starts its next step: now if it has work, else at its next arrival, else never."""
+def _when_next_step(engine: LLMEngine) -> float:
+    """When ``engine`` starts its next step: now if it has work, else at its next arrival, else never (inf)."""
     sched = engine.scheduler
     if sched.running or sched.num_waiting:
         return engine.now
     t = sched.next_arrival_time()
-    return None if t is None else max(engine.now, t)
+    return math.inf if t is None else max(engine.now, t)
 
 
 def _least_loaded(engines: Sequence[LLMEngine]) -> LLMEngine:
@@ -149,40 +149,50 @@ class _Cluster:
     def __init__(self, front: list[LLMEngine], back: list[LLMEngine], link: Link | None,
                  kv_bytes_per_token: int) -> None:
         self.front, self.back, self.link = front, back, link  # back is empty when colocated
+        self.engines = front + back
         self.kv_bytes_per_token = kv_bytes_per_token
         self.handoffs: list[tuple[float, int, Request]] = []  # (lands at, order, prefilled request)
         self.done: dict[str, Request] = {}
         self.transfer_times: dict[str, float] = {}
         self.output_len: dict[str, int] = {}
-        self._seen = {id(e): 0 for e in front + back}  # finished requests already read, per instance
+        self._seen = {id(e): 0 for e in self.engines}  # finished requests already read, per instance
+        for e in self.engines:
+            e.stream_outputs = False  # the cluster reads each instance's finished requests, not its step outputs
 
     def run(self, items: Sequence[WorkItem], prompts: Sequence[Any]) -> None:
         arrivals = deque(sorted(((w.arrival_time, i) for i, w in enumerate(items))))
-        engines = self.front + self.back
+        engines = self.engines
+        # when each instance starts its next step (inf: nothing to do); only an instance that just stepped or got a
+        # request can change its own, so one list, updated there, replaces asking every instance at every event
+        starts = [math.inf] * len(engines)
         while True:
             t_arrival = arrivals[0][0] if arrivals else math.inf
             t_handoff = self.handoffs[0][0] if self.handoffs else math.inf
-            starts = [(t, i) for i, e in enumerate(engines) if (t := _next_start(e)) is not None]
-            t_step, which = min(starts) if starts else (math.inf, -1)
+            t_step = min(starts)
             if min(t_arrival, t_handoff, t_step) == math.inf:
                 return
             if t_arrival <= min(t_handoff, t_step):
                 t, i = arrivals.popleft()
-                self._arrive(f"r{i}", prompts[i], items[i], t)
+                engine = self._arrive(f"r{i}", prompts[i], items[i], t)
             elif t_handoff <= t_step:
                 at, _, prefilled = heapq.heappop(self.handoffs)
                 rid = prefilled.request_id
-                _land(_least_loaded(self.back), prefilled, at, self.output_len[rid])
+                engine = _least_loaded(self.back)
+                _land(engine, prefilled, at, self.output_len[rid])
             else:
+                which = starts.index(t_step)  # of instances starting at once, the first (as min over (t, i) chose)
                 engine = engines[which]
                 engine.step()
                 self._collect(engine, is_prefill=bool(self.back) and which < len(self.front))
+            starts[engines.index(engine)] = _when_next_step(engine)
 
-    def _arrive(self, rid: str, prompt: Any, item: WorkItem, t: float) -> None:
+    def _arrive(self, rid: str, prompt: Any, item: WorkItem, t: float) -> LLMEngine:
         self.output_len[rid] = item.output_len
         max_tokens = 1 if self.back else item.output_len
         params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.0)
-        _least_loaded(self.front).add_request(rid, prompt, params, item.priority, item.tenant, arrival_time=t)
+        engine = _least_loaded(self.front)
+        engine.add_request(rid, prompt, params, item.priority, item.tenant, arrival_time=t)
+        return engine
 
     def _collect(self, engine: LLMEngine, is_prefill: bool) -> None:
         new = engine.finished[self._seen[id(engine)]:]

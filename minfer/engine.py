@@ -91,7 +91,7 @@ class LLMEngine:
         self.finished: list[Request] = []  # requests that ended, in order (metrics read these); the most
         # recent config.finished_window of them when it is set (as engine.trace keeps config.trace_window steps)
         self._ended_between_steps: list[Request] = []  # aborted since the last step: the next step reports them
-        self._stream = True  # an output for every request that got a token (run() needs only the finished)
+        self.stream_outputs = True  # an output for every request that got a token (False: only those that ended)
         self._step_index = 0
         setup = build_executor(config, model, tokenizer)
         self.executor = setup.executor
@@ -222,10 +222,10 @@ class LLMEngine:
         """End what must end, then build outputs: first for requests that got a token, then for those that
         ended without one (refused, timed out, aborted, failed). Finished requests move to ``self.finished``."""
         outputs = []
-        detok = self.detokenizer
+        detok, stream = self.detokenizer, self.stream_outputs
         for req, reason, why, got in checks:
             new_text = ""
-            if detok is not None and (self._stream or req.params.stop or reason):  # run(): decode once, at the end
+            if detok is not None and (stream or req.params.stop or reason):  # not streaming: decode once, at the end
                 before = req.num_output_tokens - got
                 try:
                     new_text, stop = self._new_text(detok, req, reason, got, now)
@@ -235,9 +235,9 @@ class LLMEngine:
                     if stop is not None:  # a stop string, even one the last allowed token completed
                         reason, why = "stop", stop
                         got = req.num_output_tokens - before  # the tokens after it are gone
-            if reason is not None:
+            if reason is not None:  # it ends here (a request that failed in the step got no token: not in checks)
                 self.scheduler.finish(req, reason, why, now)
-            if self._stream or req.is_finished:
+            if stream or reason is not None:
                 outputs.append(self._output(req, req.output_token_ids[-got:] if got else [], new_text))
         for req in ended + self._ended_between_steps:
             new_text = detok.update(req, req.finish_reason).new_text if detok is not None else ""
@@ -315,7 +315,7 @@ class LLMEngine:
         """Step until every request has finished; returns each request's final output."""
         final: dict[str, RequestOutput] = {}
         total = self.num_unfinished_requests
-        self._stream = False  # nobody reads per-token outputs: skip them (each copies the tokens so far)
+        stream, self.stream_outputs = self.stream_outputs, False  # nobody reads per-token outputs: skip them
         try:
             with tqdm(total=total, disable=not progress, desc="requests", unit="req") as bar:
                 while self.has_unfinished_requests():
@@ -324,7 +324,7 @@ class LLMEngine:
                             final[o.request_id] = o
                             bar.update(1)
         finally:
-            self._stream = True
+            self.stream_outputs = stream
         return list(final.values())
 
 

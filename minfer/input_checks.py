@@ -79,7 +79,7 @@ def integer_list(name: str, value: Any, low: int = 0, high: int | None = None) -
     # the usual case, a prompt of plain ints, in three cheap passes (a 5,000-token prompt: a checked call per
     # token costs more than scheduling it); anything else (NumPy ints, a bad entry) goes element by element,
     # so a refusal names the entry
-    plain = all(type(v) is int for v in value)  # `type(...) is int` leaves out bool
+    plain = {*map(type, value)} <= {int}  # exactly int: leaves out bool (and an empty list is plain)
     if plain and (not value or (min(value) >= low and (high is None or max(value) <= high))):
         return list(value)
     return [integer(f"{name}[{i}]", v, low, high) for i, v in enumerate(value)]

@@ -110,6 +110,19 @@ def test_scale_benchmark_is_deterministic():
     assert a["token_times_digest"] == b["token_times_digest"] != c["token_times_digest"]
 
 
+def test_scale_benchmark_on_several_instances(capsys):
+    """``--scale --split P:D``: the same traffic on prefill and decode instances (``--instances N``: colocated),
+    deterministic; a split that does not add up to the instances is refused."""
+    a, b = (scale_benchmark(n=80, rate=40.0, max_num_seqs=16, instances=2, split=(1, 1)) for _ in range(2))
+    assert a["layout"] == "1P+1D over RDMA-400G" and a["token_times_digest"] == b["token_times_digest"]
+    colo = scale_benchmark(n=80, rate=40.0, max_num_seqs=16, instances=2)
+    assert colo["layout"] == "2 colocated" and colo["output_tokens"] == a["output_tokens"]
+    with pytest.raises(ValueError, match="needs 3 instances"):
+        scale_benchmark(n=10, instances=2, split=(2, 1))
+    main(["--scale", "-n", "40", "--split", "1:1"])
+    assert "1P+1D over RDMA-400G" in capsys.readouterr().out
+
+
 def timed_systems(seconds: dict[str, list[float]], order: list[str]) -> dict:
     """Systems that each report 100 tokens in the next of their ``seconds``, noting in ``order`` who ran when."""
     def system(name, times):

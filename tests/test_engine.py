@@ -42,6 +42,32 @@ def test_step_streams_one_token_per_request_per_step(tiny):
     assert len(seen) == 12 and text == tiny[1].decode(seen)
 
 
+def test_without_streaming_a_step_reports_only_the_requests_that_end(tiny):
+    """``stream_outputs=False`` (what ``run()`` and the cluster simulator use) changes what a step returns, never
+    what is computed: each step reports exactly the requests that ended in it, with the same tokens and text."""
+    def steps(stream: bool) -> tuple[list[list], LLMEngine]:  # (the outputs of each step, the engine)
+        e = tiny_engine(tiny, num_blocks=64, max_num_seqs=2)
+        e.stream_outputs = stream
+        for i, n in enumerate([3, 9, 5]):
+            e.add_request(f"r{i}", [5 + i] * 7, SamplingParams(max_tokens=n, temperature=0, ignore_eos=True))
+        e.add_request("s", [9] * 7, SamplingParams(max_tokens=40, temperature=0, stop=[tiny[1].decode(alone((9,) * 7,
+                                                                                                      3)[1:3])]))
+        out = []
+        while e.has_unfinished_requests():
+            out.append(e.step())
+        return out, e
+
+    (streamed, a), (quiet, b) = steps(True), steps(False)
+    assert any(not o.finished for step in streamed for o in step)
+    assert all(o.finished for step in quiet for o in step)
+    ended = [[(o.request_id, o.outputs[0].token_ids, o.outputs[0].text, o.outputs[0].finish_reason)
+              for o in step if o.finished] for step in streamed]
+    assert ended == [[(o.request_id, o.outputs[0].token_ids, o.outputs[0].text, o.outputs[0].finish_reason)
+                      for o in step] for step in quiet]
+    assert [r.request_id for r in a.finished] == [r.request_id for r in b.finished]
+    assert any(r.finish_reason == "stop" for r in b.finished), "a stop string ended one (its text is checked above)"
+
+
 def test_requests_join_and_leave_between_steps(tiny):
     """Iteration-level scheduling: a request that arrives while others decode runs in the very next step."""
     e = tiny_engine(tiny, num_blocks=64)

@@ -426,7 +426,7 @@ class Scheduler:
         caching, accepted = self.config.enable_prefix_caching, accepted or {}
         for chunk in out.chunks:
             req, rid = chunk.request, chunk.request.request_id
-            kept = accepted.get(rid, [])
+            kept = accepted.get(rid, ())
             req.num_computed_tokens += chunk.num_tokens + len(kept)  # an accepted guess's K/V is the target's own
             if chunk.lookahead:  # slots of rejected (or never proposed) guesses: rolled back, before any hashing
                 self.pool.rollback_slots(rid, req.num_computed_tokens)
@@ -438,7 +438,7 @@ class Scheduler:
                 reason: FinishReason | None = None
                 why: str | int | None = None
                 got = 0
-                for t in [*kept, token]:
+                for t in (*kept, token):
                     req.append_token(t)
                     m.token_times.append(now)
                     got += 1
