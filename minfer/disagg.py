@@ -113,7 +113,7 @@ def _engine_config(model: str | ModelSpec, hardware: str, options: dict[str, Any
                            "finished_window": None, "record_trace": False})
 
 
-def _decode_instance(model: str | ModelSpec, hardware: str, options: dict[str, Any]) -> LLMEngine:
+def decode_instance(model: str | ModelSpec, hardware: str, options: dict[str, Any]) -> LLMEngine:
     """An engine that admits transferred requests as swapped-in ones: a host pool to hold them until admission
     (large: it stands for K/V on the way, not for host memory), a free copy into its blocks (the link priced it),
     and preemption by recompute, so that nothing else ever crosses that free copy."""
@@ -125,22 +125,26 @@ def _decode_instance(model: str | ModelSpec, hardware: str, options: dict[str, A
     return engine
 
 
-def _land(engine: LLMEngine, prefilled: Request, at: float, max_tokens: int) -> Request:
+def land(engine: LLMEngine, prefilled: Request, at: float, max_tokens: int) -> Request:
     """Hand ``prefilled`` (its prompt's K/V computed, its first token sampled) to decode instance ``engine``,
-    arriving at ``at``: it keeps its arrival and first-scheduled times, its first token is seen at ``at``."""
-    rid = prefilled.request_id
-    params = replace(prefilled.params, max_tokens=max_tokens)
+    arriving at ``at``, to make ``max_tokens`` tokens in all. The decode instance must not compute the prompt again:
+    the request comes in as one swapped out (its K/V wait in the landing pool, ``engine.host_pool``, and are copied
+    into device blocks when the scheduler admits it). It keeps its arrival and first-scheduled times -- its clock
+    started at the prefill instance -- and its first token is seen at ``at``, when it lands."""
+    # BEGIN EXERCISE E15.1
+    rid, num_prompt = prefilled.request_id, prefilled.num_prompt_tokens
+    params = replace(prefilled.params, max_tokens=max_tokens)  # the prefill instance ran it with max_tokens=1
     req = engine.add_request(rid, prefilled.prompt_token_ids, params, prefilled.priority, prefilled.tenant,
                              arrival_time=at)
-    req.append_token(prefilled.output_token_ids[0])
-    num_prompt = prefilled.num_prompt_tokens
-    engine.host_pool.allocate(rid, num_prompt)
-    req.num_computed_tokens = num_prompt
-    m, pm = req.metrics, prefilled.metrics
+    req.append_token(prefilled.output_token_ids[0])  # the first token travelled with the K/V
+    engine.host_pool.allocate(rid, num_prompt)  # the prompt's K/V, waiting to be copied into device blocks...
+    req.num_computed_tokens = num_prompt  # ...so the scheduler admits it as a swapped-in request, not a new prompt
+    m, pm = req.metrics, prefilled.metrics  # its clock started at the prefill instance; its first token shows now
     m.arrival_time, m.first_scheduled_time, m.first_token_time = pm.arrival_time, pm.first_scheduled_time, at
     m.token_times = [at]
     m.num_preemptions, m.num_cached_tokens = pm.num_preemptions, pm.num_cached_tokens
     return req
+    # END EXERCISE
 
 
 class _Cluster:
@@ -178,7 +182,7 @@ class _Cluster:
                 at, _, prefilled = heapq.heappop(self.handoffs)
                 rid = prefilled.request_id
                 engine = _least_loaded(self.back)
-                _land(engine, prefilled, at, self.output_len[rid])
+                land(engine, prefilled, at, self.output_len[rid])
             else:
                 which = starts.index(t_step)  # of instances starting at once, the first (as min over (t, i) chose)
                 engine = engines[which]
@@ -230,7 +234,7 @@ def run_disaggregated(items: Sequence[WorkItem], num_prefill: int, num_decode: i
     """``items`` on ``num_prefill`` prefill instances and ``num_decode`` decode instances joined by ``link``."""
     link = LINKS[link] if isinstance(link, str) else link
     front = [LLMEngine(_engine_config(model, hardware, engine_options)) for _ in range(num_prefill)]
-    back = [_decode_instance(model, hardware, engine_options) for _ in range(num_decode)]
+    back = [decode_instance(model, hardware, engine_options) for _ in range(num_decode)]
     return _serve(items, front, back, link, f"{num_prefill}P+{num_decode}D over {link.name}", model, seed)
 
 

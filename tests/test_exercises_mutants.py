@@ -423,6 +423,22 @@ MUTANTS = [
            "weight-like matrix"),
     Mutant("E14.1 a step of 1/128 of the largest value", "E14.1", "quantize_int8",
            "/ 127).half()", "/ 128).half()", "known inputs"),
+    # ---- E15.1 -----------------------------------------------------------------------------------------------
+    Mutant("E15.1 the first token seen when it was sampled (the transfer left out of TTFT)", "E15.1", "land",
+           "pm.first_scheduled_time, at", "pm.first_scheduled_time, pm.first_token_time", "one prefilled request"),
+    Mutant("E15.1 arrives at the decode instance (TTFT from the handoff)", "E15.1", "land",
+           "= pm.arrival_time, pm.first_scheduled_time", "= at, pm.first_scheduled_time", "one prefilled request"),
+    Mutant("E15.1 forgets the prefill's first token", "E15.1", "land",
+           "req.append_token(prefilled.output_token_ids[0])", "pass", "one prefilled request"),
+    Mutant("E15.1 keeps the prefill's max_tokens=1", "E15.1", "land",
+           "params = replace(prefilled.params, max_tokens=max_tokens)", "params = prefilled.params",
+           "one prefilled request"),
+    Mutant("E15.1 leaves the prompt uncomputed (the decode instance prefills it again)", "E15.1", "land",
+           "req.num_computed_tokens = num_prompt", "pass", "one prefilled request"),
+    Mutant("E15.1 no landing pool: computed tokens without K/V to copy in", "E15.1", "land",
+           "engine.host_pool.allocate(rid, num_prompt)", "pass", "one prefilled request"),
+    Mutant("E15.1 no token time for the first token", "E15.1", "land",
+           "m.token_times = [at]", "m.token_times = []", "one prefilled request"),
     # ---- E9.4 (the capstone) ---------------------------------------------------------------------------------
     Mutant("E9.4 ranks by the tokens so far", "E9.4", "CapstonePolicy.rank",
            "req.num_prompt_tokens + req.params.max_tokens,", "req.num_tokens,", "does not change"),
@@ -754,6 +770,25 @@ ALTERNATIVES = [
             values[:, nonzero] = torch.round(rows[:, nonzero] / step[nonzero])
             q[i * group:(i + 1) * group] = values.clamp(-127, 127).to(torch.int8)
         return Int8Weight(q, scales, group)
+        """}),
+    Alternative("E15.1 a fresh SamplingParams, the metrics one by one", "E15.1", {
+        "land": """
+        n = len(prefilled.prompt_token_ids)
+        p = prefilled.params
+        params = SamplingParams(max_tokens=max_tokens, temperature=p.temperature, top_k=p.top_k, top_p=p.top_p,
+                                seed=p.seed, stop=p.stop, stop_token_ids=p.stop_token_ids, ignore_eos=p.ignore_eos)
+        req = engine.add_request(prefilled.request_id, list(prefilled.prompt_token_ids), params,
+                                 priority=prefilled.priority, tenant=prefilled.tenant, arrival_time=at)
+        req.num_computed_tokens = n
+        engine.host_pool.allocate(req.request_id, n)
+        req.append_token(prefilled.output_token_ids[0])
+        req.metrics.arrival_time = prefilled.metrics.arrival_time
+        req.metrics.first_scheduled_time = prefilled.metrics.first_scheduled_time
+        req.metrics.first_token_time = at
+        req.metrics.token_times.append(at)
+        req.metrics.num_preemptions = prefilled.metrics.num_preemptions
+        req.metrics.num_cached_tokens = prefilled.metrics.num_cached_tokens
+        return req
         """}),
     Alternative("E9.4 least total work first (E9.1's keys)", "E9.4", {
         "CapstonePolicy.order": """

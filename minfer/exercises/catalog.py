@@ -299,6 +299,21 @@ EXERCISES: tuple[Exercise, ...] = (
     _e("E14.3", 14, "4. Quality and speed, measured here", "the bound missed, and prefill unmoved",
        "int8 reads about 3.8x fewer bytes than float32. Why is its batch-1 decode less than 3.8x faster, and why "
        "does a long prefill gain little or nothing?", difficulty=2, requires=('E14.2',)),
+    # 15 -- beyond one machine: disaggregated prefill and decode
+    _b("E15.1", 15, "2. The handoff", "landing a prefilled request on a decode instance",
+       "Write disagg.land: add the request to the decode instance (arriving at `at`, its own prompt, priority and "
+       "tenant, max_tokens as given), append the first token the prefill instance sampled, put its prompt's K/V in "
+       "the landing pool (engine.host_pool.allocate) and count them computed, so the scheduler admits it as a "
+       "swapped-in request and never prefills it again; it keeps the prefill's arrival and first-scheduled times, "
+       "and its first token is seen at `at` (first_token_time and token_times).", "ch15:check_land", 20,
+       difficulty=2, requires=('E6.4',)),
+    _p("E15.2", 15, "2. The handoff", "a long prompt's handoff",
+       "Llama-3-70B in bfloat16 (80 layers, 8 KV heads of 128): how many milliseconds does the K/V of a 4,096-token "
+       "prompt take to cross the RDMA-400G link (50 GB/s, 5 us)?", "ch15:measure_handoff_ms", difficulty=1),
+    _e("E15.3", 15, "3. Goodput: when splitting pays", "why one prefill and one decode GPU lose on short prompts",
+       "On short prompts (64 tokens in, 256 out), 1 prefill + 1 decode GPU meet the SLOs far less often than 2 "
+       "colocated GPUs, even over the fast link. Why? Say which GPU is the bottleneck and why, and what you would "
+       "change.", difficulty=2, requires=('E15.1',)),
 )
 
 BY_ID = {e.id: e for e in EXERCISES}
