@@ -122,3 +122,23 @@ def test_sweep_split_keeps_tpot_tight_and_loses_on_a_slow_link():
     assert slow_colocated == colocated
     assert slow_split.ttft_p50 > split.ttft_p50 + 0.1
     assert slow_split.goodput < slow_colocated.goodput
+
+
+def test_a_request_landed_ahead_of_the_decode_clock_keeps_the_invariants():
+    """A decode instance whose clock is behind the landing time holds the request as pending, with its K/V in the
+    landing pool: the scheduler's invariants count it as swapped out, not as lost host blocks."""
+    from minfer.disagg import decode_instance, land
+
+    prefill = LLMEngine(EngineConfig(executor="sim", model="llama-3-8b", hardware="H100-SXM"))
+    prefill.add_request("p", list(range(1, 300)), SamplingParams(max_tokens=1, ignore_eos=True, temperature=0.0))
+    (done,) = [o for o in prefill.run()]
+    prefilled = prefill.finished[0]
+    assert done.request_id == "p"
+    decode = decode_instance("llama-3-8b", "H100-SXM", {})
+    land(decode, prefilled, at=5.0, max_tokens=4)  # the decode instance's clock is still at 0
+    assert decode.scheduler.num_pending == 1 and "p" in decode.host_pool
+    decode.scheduler.check_invariants()
+    while decode.has_unfinished_requests():
+        decode.step()
+        decode.scheduler.check_invariants()
+    assert decode.finished[0].num_output_tokens == 4

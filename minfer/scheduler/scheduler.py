@@ -504,7 +504,8 @@ class Scheduler:
                 f"{r.request_id}: pool holds {self.pool.num_tokens[r.request_id]} slots, "
                 f"request computed {r.num_computed_tokens}"
             )
-        swapped = [r.request_id for r in waiting if r.request_id in self.host_pool]
+        pending = [e[2] for e in self.pending]  # a request landed from elsewhere (disaggregation) may arrive later
+        swapped = [r.request_id for r in (*waiting, *pending) if r.request_id in self.host_pool]
         for r in waiting:
             assert r.status is RequestStatus.WAITING, f"{r.request_id} waits while {r.status}"
             if r.request_id in self.host_pool:  # swapped out: its host blocks hold exactly its computed tokens
