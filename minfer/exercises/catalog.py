@@ -314,6 +314,10 @@ EXERCISES: tuple[Exercise, ...] = (
        "On short prompts (64 tokens in, 256 out), 1 prefill + 1 decode GPU meet the SLOs far less often than 2 "
        "colocated GPUs, even over the fast link. Why? Say which GPU is the bottleneck and why, and what you would "
        "change.", difficulty=2, requires=('E15.1',)),
+    _e("E15.4", 15, "4. A second tier for the KV cache", "why a small host tier makes TTFT worse",
+       "On the simulated H100, a 250-block host tier serves about 1% of the prompt tokens and makes mean TTFT "
+       "slightly worse than no tier, while 1,000 blocks cut it. Why does the small tier cost anything, and what "
+       "decides the size at which a tier starts to pay?", difficulty=2, requires=('E8.4',)),
 )
 
 BY_ID = {e.id: e for e in EXERCISES}
