@@ -147,7 +147,7 @@ def land(engine: LLMEngine, prefilled: Request, at: float, max_tokens: int) -> R
     # END EXERCISE
 
 
-class _Cluster:
+class Cluster:
     """Instances on one clock: route arrivals, step the instance whose step comes first, move finished prefills."""
 
     def __init__(self, front: list[LLMEngine], back: list[LLMEngine], link: Link | None,
@@ -215,7 +215,7 @@ class _Cluster:
 def _serve(items: Sequence[WorkItem], front: list[LLMEngine], back: list[LLMEngine], link: Link | None,
            layout: str, model: str | ModelSpec, seed: int) -> ClusterRun:
     dtype = front[0].executor.cost.dtype  # type: ignore[attr-defined]  # every instance is a SimExecutor
-    cluster = _Cluster(front, back, link, kv_transfer_bytes(model, dtype, 1))
+    cluster = Cluster(front, back, link, kv_transfer_bytes(model, dtype, 1))
     cluster.run(items, token_prompts(items, SIM_VOCAB_SIZE, seed))
     requests = [cluster.done[f"r{i}"] for i in range(len(items))]
     return ClusterRun(layout, requests, cluster.transfer_times)
