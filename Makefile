@@ -77,7 +77,7 @@ test: test-unit test-notebooks
 # Both stages run in TEST_WORKERS processes (pytest-xdist), each test file or chapter whole in one of them, each
 # process with its share of the cores for torch's threads (conftest.py): on 2 cores one thread each keeps both busy,
 # where one process of two threads leaves them waiting on each other in small operations (the unit tests: 20.6 min in
-# one process, 9.8 in two, docs/development.md). TEST_WORKERS=1 runs one process.
+# one process, 8.7 in two, docs/development.md). TEST_WORKERS=1 runs one process.
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
