@@ -19,11 +19,16 @@ from minfer.model.tokenizer import ByteTokenizer  # noqa: E402
 from minfer.viz.snapshot import browser_missing  # noqa: E402
 
 
+def skip_unless_required(why: str, variable: str) -> None:
+    """Skip, saying ``why`` -- or fail where ``variable`` is set (CI sets it): there a missing install step must fail
+    the run instead of skipping what it would check."""
+    (pytest.fail if os.environ.get(variable) else pytest.skip)(why)
+
+
 def require_browser() -> None:
-    """Skip without Chromium and playwright -- or fail: CI sets MINFER_REQUIRE_BROWSER=1, and there a missing
-    install step must fail the run instead of skipping what it would check."""
+    """Skip without Chromium and playwright -- or fail under MINFER_REQUIRE_BROWSER=1 (CI)."""
     if missing := browser_missing():
-        (pytest.fail if os.environ.get("MINFER_REQUIRE_BROWSER") else pytest.skip)(missing)
+        skip_unless_required(missing, "MINFER_REQUIRE_BROWSER")
 
 
 @pytest.fixture(scope="session")

@@ -12,11 +12,10 @@ requests, an error the tool swallowed) fails here.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from test_serve import make_engine, one_thread  # noqa: F401  (one_thread: test_serve's autouse fixture, here too)
 
+from conftest import skip_unless_required
 from minfer import EngineConfig, LLMEngine
 from minfer.loadtools import MISSING, Row, Setup, Shape, default_tokenizer, find_guidellm, find_vllm, run_all, table
 from minfer.serve import ServerThread
@@ -28,8 +27,7 @@ SHAPE = Shape(requests=4, rate=4.0, prompt_len=24, output_len=6, seed=0)
 
 def absent(tool: str) -> None:
     """Skip a test whose tool is not installed, saying how to install it; fail instead where CI requires the tools."""
-    why = f"{tool} is absent -- {MISSING[tool]}"
-    (pytest.fail if os.environ.get("MINFER_REQUIRE_LOAD_TOOLS") else pytest.skip)(why)
+    skip_unless_required(f"{tool} is absent -- {MISSING[tool]}", "MINFER_REQUIRE_LOAD_TOOLS")
 
 
 def base(server: ServerThread) -> str:
