@@ -37,6 +37,8 @@ copy is never multiplied (a quantized copy is quantized again, from the new weig
 from __future__ import annotations
 
 import copy
+import functools
+import sys
 import weakref
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -242,11 +244,34 @@ def choose_products(requested: LinearBackendName, dtype: torch.dtype, device: to
     backend = products.resolve_linear_backend(requested, dtype, device)
     if requested != "auto":
         return Choice(backend, f"linear_backend={requested!r}")
+    if dtype == torch.float32 and device.type == "cpu" and (line := float32_notice()) is not None:
+        _say_once(line)
     if backend != "torch":
         skipped = "" if backend == "cpp" else f" ({products.problem('cpp', dtype, device)})"
         return Choice(backend, f"auto: the first packed backend that runs {dtype} on {device.type}{skipped}")
     problems = "; ".join(p for name in products.PACKED_BACKENDS if (p := products.problem(name, dtype, device)))
     return Choice(backend, f"auto: no packed backend runs here ({problems})")
+
+
+@functools.cache  # once per process: the CPU does not change
+def float32_notice() -> str | None:
+    """Why the fastest engine (``LLM()``, the server: every speed-up, ``"auto"``) stays in float32 on a CPU that has a
+    faster dtype -- one line, printed once -- or None where float32 is the fastest this CPU runs the whole model in.
+
+    float32 is the exact mode: its greedy tokens are Hugging Face's, token for token (the course's tests compare them).
+    bfloat16 on a CPU that multiplies it natively (AVX-512 BF16, AMX) runs faster, but its rounding changes greedy
+    tokens; a user trades that knowingly, with ``python -m minfer.quality``'s agreement and perplexity in hand."""
+    faster, _ = products.whole_model_dtypes()
+    if not faster:
+        return None
+    return (f"minfer: the model runs in float32, whose greedy tokens are Hugging Face's; this CPU also multiplies "
+            f"{' and '.join(faster)} natively, faster but not token for token the same (python -m minfer.quality "
+            f"measures how close): dtype={faster[0]!r} chooses it")
+
+
+@functools.cache
+def _say_once(line: str) -> None:  # once per process, as the backends' notices
+    print(line, file=sys.stderr)
 
 
 def choose_pointwise(requested: PointwiseBackendName, device: torch.device) -> Choice:

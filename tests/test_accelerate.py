@@ -128,3 +128,31 @@ def test_nothing_is_swapped_or_packed_again_while_an_engine_steps(tiny, monkeypa
         engine.step()
         engine.scheduler.check_invariants()
     assert calls == [] and len(engine.finished[0].output_token_ids) == 6
+
+
+@pytest.mark.parametrize("faster", [("bfloat16",), ()], ids=["bfloat16-native", "float32-only"])
+def test_the_fast_engine_says_once_why_it_stays_in_float32(tiny, monkeypatch, capsys, faster):
+    """Where the CPU multiplies bfloat16 natively, the engine with every speed-up (LLM()) says in one line, once per
+    process, why it runs float32 and how to choose the faster dtype; where float32 is the fastest, it says nothing.
+    The chapters' engine (no speed-ups) and an explicit backend say nothing either."""
+    import minfer.accelerate as layer
+
+    monkeypatch.setattr(linear, "whole_model_dtypes", lambda: (faster, None if faster else "no bfloat16 here"))
+    layer.float32_notice.cache_clear()
+    layer._say_once.cache_clear()
+    model, tok = tiny
+    capsys.readouterr()
+    LLMEngine(EngineConfig(model="tiny-random", num_blocks=16), model=model, tokenizer=tok)
+    LLMEngine(EngineConfig(model="tiny-random", num_blocks=16, linear_backend="torch", pointwise_backend="auto"),
+              model=model, tokenizer=tok)
+    assert capsys.readouterr().err.count("minfer: the model runs in float32") == 0
+    for _ in range(2):
+        LLM("tiny-random", num_blocks=16)
+    lines = [line for line in capsys.readouterr().err.splitlines() if "runs in float32" in line]
+    if faster:
+        assert lines == [layer.float32_notice()], lines
+        assert "dtype='bfloat16' chooses it" in lines[0] and "python -m minfer.quality" in lines[0]
+    else:
+        assert lines == [] and layer.float32_notice() is None
+    layer.float32_notice.cache_clear()  # the next test sees this machine's own answer
+    layer._say_once.cache_clear()

@@ -35,7 +35,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from minfer.sim.hardware import HardwareSpec
+from minfer.sim.hardware import HardwareSpec, larger
 from minfer.sim.models import DTYPE_BYTES, ModelSpec
 
 
@@ -68,7 +68,8 @@ class StepShape:
 
     def scaled(self, k: int) -> StepShape:
         """The same step with every request ``k`` times over: ``k`` identical requests in lockstep."""
-        return StepShape(*(k * getattr(self, f.name) for f in fields(self)))
+        return StepShape(k * self.num_prefill_tokens, k * self.num_decode_tokens, k * self.prefill_pairs,
+                         k * self.prefill_context, k * self.decode_context, k * self.num_sampled)
 
     @staticmethod
     def stack(shapes: Sequence[StepShape]) -> StepShape:
@@ -141,7 +142,7 @@ class RooflineCost:
 
     def _combine(self, compute, memory):
         """The roofline's max when the two overlap (GPU kernels), their sum when they do not (``overlap``)."""
-        high = np.maximum(compute, memory)
+        high = larger(compute, memory)
         return high + (1 - self.hardware.overlap) * (compute + memory - high)
 
     def step_time(self, shape: StepShape) -> float:

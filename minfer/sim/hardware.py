@@ -36,6 +36,15 @@ GB, GiB = 1e9, 2**30  # a decimal and a binary gigabyte
 TFLOPS = 1e12
 
 
+def larger(a: Any, b: Any) -> Any:
+    """The larger of ``a`` and ``b``: element by element where either is a numpy array (a whole recorded schedule
+    priced at once), Python's ``max`` for two numbers. A simulation prices one step at a time, and ``np.maximum`` on
+    two floats returns a numpy scalar that makes every operation after it slower: half of a step's pricing."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.maximum(a, b)
+    return max(a, b)
+
+
 @dataclass(frozen=True, slots=True)
 class HardwareSpec:
     name: str
@@ -77,7 +86,7 @@ class HardwareSpec:
         computes as fast as ``n + half`` tokens would at the large-matrix efficiency -- the price of tiles
         and waves that a small step cannot fill."""
         # (a step without tokens has no FLOPs: dividing by at least 1 keeps that 0, for arrays of steps too)
-        return flops * (tokens + self.matmul_half_tokens) / np.maximum(tokens, 1) / (
+        return flops * (tokens + self.matmul_half_tokens) / larger(tokens, 1) / (
             self.flops(dtype) * self.matmul_efficiency)
 
     @property
