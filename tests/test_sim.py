@@ -88,6 +88,21 @@ def test_vectorized_pricing_and_replicas_match_step_by_step():
         RooflineCost(MODELS["llama-3-8b"], HARDWARE["A100-80GB"], "bfloat16", replicas=0)
 
 
+def test_a_step_of_several_rows_pays_the_multi_row_overhead_and_one_row_does_not():
+    """``multi_row_overhead``: a step of two or more tokens pays it once (not per token); a one-token step and an
+    empty one do not; step by step and vectorized alike; the roofline drops it with the other overheads."""
+    base = HARDWARE["cpu-2core"]
+    extra = replace(base, multi_row_overhead=5e-3)
+    model = MODELS["smollm2-135m"]
+    shapes = [decode_shape(1, 40), decode_shape(2, 40), decode_shape(8, 40), prefill_shape(64, 0), StepShape()]
+    added = [RooflineCost(model, extra, "float32").step_time(s) - RooflineCost(model, base, "float32").step_time(s)
+             for s in shapes]
+    assert added == pytest.approx([0.0, 5e-3, 5e-3, 5e-3, 0.0], abs=1e-12)
+    vectorized = RooflineCost(model, extra, "float32").step_times(shapes)
+    assert vectorized == pytest.approx([RooflineCost(model, extra, "float32").step_time(s) for s in shapes])
+    assert extra.roofline().multi_row_overhead == 0.0
+
+
 def test_batching_decodes_is_nearly_free_until_compute_bound():
     for hw in (HARDWARE["H100-SXM"], HARDWARE["H100-SXM"].roofline()):
         cost = RooflineCost(MODELS["llama-3-8b"], hw, "bfloat16")

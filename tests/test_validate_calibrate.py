@@ -19,9 +19,9 @@ def synthetic_samples(spec: HardwareSpec, n: int, seed: int) -> list[Sample]:
     out = []
     for _ in range(n):
         shape = StepShape()
-        for _ in range(rng.choice([0, 1, 4, 16, 48])):
+        for _ in range(rng.choice([0, 1, 1, 4, 16, 48])):
             shape.add(rng.randrange(10, 900), 1, True, True)
-        if rng.random() < 0.5 or not shape.num_tokens:
+        if (rng.random() < 0.5 and shape.num_tokens != 1) or not shape.num_tokens:
             shape.add(rng.randrange(0, 300), rng.choice([16, 64, 256, 512]), False, rng.random() < 0.5)
         out.append(Sample(shape, cost.step_time(shape)))
     return out
@@ -65,3 +65,20 @@ def test_fit_with_fewer_free_overheads():
     assert fitted.token_overhead == 0.0 and fitted.overlap == 0.0
     assert fitted.flops("float32") == pytest.approx(180e9, rel=0.15)
     assert fitted.sample_overhead == pytest.approx(2e-3, rel=0.15)
+
+
+def test_fit_finds_what_a_step_of_several_rows_pays_more():
+    """A CPU whose products of two or more rows pay a fixed extra (BLAS packs the weight; one row is a matrix-vector
+    product): freed, ``multi_row_overhead`` comes back from single decodes beside larger steps, and the spec fitted
+    without it misprices the steps it cannot draw."""
+    truth = replace(HARDWARE["cpu-2core"], peak_flops={"float32": 120e9}, memory_bandwidth=12e9, step_overhead=0.0,
+                    token_overhead=0.0, sample_overhead=2e-3, multi_row_overhead=8e-3, overlap=0.0)
+    steps = synthetic_samples(truth, 120, seed=6)
+    assert {s.shape.num_tokens == 1 for s in steps} == {True, False}  # both kinds of step, or nothing tells them apart
+    fitted = fit(steps, overlaps=(0.0,), overheads=("sample_overhead", "multi_row_overhead"))
+    assert fitted.multi_row_overhead == pytest.approx(8e-3, rel=0.1)
+    assert fitted.memory_bandwidth == pytest.approx(12e9, rel=0.1)
+    held_out = synthetic_samples(truth, 60, seed=7)
+    without = fit(steps, overlaps=(0.0,), overheads=("sample_overhead",))
+    assert without.multi_row_overhead == 0.0
+    assert median_ape(fitted, held_out) < 1.0 < median_ape(without, held_out)

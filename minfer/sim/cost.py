@@ -137,7 +137,7 @@ class RooflineCost:
         activations = shape.num_tokens * self.model.activation_bytes_per_token
         out["elementwise"] = hw.elementwise_passes * activations / bandwidth
         out["overhead"] = (hw.step_overhead + hw.token_overhead * shape.num_tokens
-                           + hw.sample_overhead * shape.num_sampled)
+                           + hw.sample_overhead * shape.num_sampled + hw.multi_row_overhead * (shape.num_tokens > 1))
         return out
 
     def _combine(self, compute, memory):

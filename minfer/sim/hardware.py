@@ -55,6 +55,10 @@ class HardwareSpec:
     step_overhead: float = 0.0  # seconds per step whatever its size: scheduling, launches, sampling
     token_overhead: float = 0.0  # seconds per token of the step: elementwise work the roofline leaves out
     sample_overhead: float = 0.0  # seconds per sampled token: per-request work (sampling, detokenizing, ...)
+    # seconds a step of two or more tokens pays that a one-token step does not: on a CPU, a BLAS product of several
+    # rows first copies its weight's tiles into the order its kernel reads (packing); one row is a matrix-vector
+    # product that streams the weight as it is
+    multi_row_overhead: float = 0.0
     # how much of the shorter of (compute, memory) time hides under the longer: 1 on GPUs, whose kernels
     # stream weights while they compute (the plain roofline: the max); 0 when the two simply add up
     overlap: float = 1.0
@@ -96,7 +100,8 @@ class HardwareSpec:
     def roofline(self) -> HardwareSpec:
         """The same device at its datasheet peaks: no efficiency losses, no overheads -- the speed of light.
         (The CPU spec's numbers are fitted effective rates; its roofline drops only the overheads.)"""
-        return replace(self, step_overhead=0.0, token_overhead=0.0, sample_overhead=0.0, matmul_efficiency=1.0,
+        return replace(self, step_overhead=0.0, token_overhead=0.0, sample_overhead=0.0, multi_row_overhead=0.0,
+                       matmul_efficiency=1.0,
                        matmul_half_tokens=0.0, bandwidth_efficiency=1.0, attention_efficiency=1.0,
                        elementwise_passes=0.0,
                        name=self.name if self.name.endswith("-peak") else f"{self.name}-peak")
@@ -121,7 +126,8 @@ class HardwareSpec:
 
 # The fields of a HardwareSpec that say what an engine achieves of the peaks and what it pays besides them.
 SHARE_FIELDS = ("matmul_efficiency", "matmul_half_tokens", "bandwidth_efficiency", "attention_efficiency",
-                "elementwise_passes", "step_overhead", "token_overhead", "sample_overhead", "overlap")
+                "elementwise_passes", "step_overhead", "token_overhead", "sample_overhead", "multi_row_overhead",
+                "overlap")
 
 
 class TunedShares(TypedDict):

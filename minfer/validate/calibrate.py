@@ -113,18 +113,21 @@ def collect(runs: Sequence[tuple[dict, dict]], model=None, tokenizer=None, repea
 
 
 # ---- fitting ---------------------------------------------------------------------------------------
-# The overheads fitted (linearly). Not the fixed per-step one: every step also reads the weights exactly once,
-# so the two cannot be told apart -- the fitted bandwidth absorbs it (step_overhead keeps the base's value).
-OVERHEADS = ("token_overhead", "sample_overhead")
+# The overheads a fit may free (they enter linearly), each paid per what ``_features`` counts: per token, per sampled
+# token, per step of more than one token. Not the fixed per-step one: every step also reads the weights exactly
+# once, so the two cannot be told apart -- the fitted bandwidth absorbs it (step_overhead keeps the base's value).
+FITTABLE_OVERHEADS = ("token_overhead", "sample_overhead", "multi_row_overhead")
+OVERHEADS = ("token_overhead", "sample_overhead")  # what ``fit`` frees unless told otherwise
 
 
 def _features(samples: Sequence[Sample], model: ModelSpec, dtype: str) -> tuple[np.ndarray, ...]:
-    """Per step: FLOPs and bytes of the three roofline parts ([n, 3] each), and what each overhead is paid
-    per ([n, 2]: per token, per sampled token)."""
+    """Per step: FLOPs and bytes of the three roofline parts ([n, 3] each), and what each of
+    ``FITTABLE_OVERHEADS`` is paid per ([n, 3]: tokens, sampled tokens, 1 for a step of several tokens)."""
     terms = [roofline_terms(model, dtype, s.shape) for s in samples]
     flops = np.array([[f for f, _ in t] for t in terms], dtype=float)
     nbytes = np.array([[b for _, b in t] for t in terms], dtype=float)
-    counts = np.array([[s.shape.num_tokens, s.shape.num_sampled] for s in samples], dtype=float)
+    counts = np.array([[s.shape.num_tokens, s.shape.num_sampled, s.shape.num_tokens > 1] for s in samples],
+                      dtype=float)
     return flops, nbytes, counts
 
 
@@ -192,7 +195,7 @@ def fit(samples: Sequence[Sample], model: ModelSpec | None = None, dtype: str = 
     samples = list(samples)
     for _ in range(2):
         flops, nbytes, counts = _features(samples, model, dtype)
-        counts = counts[:, [OVERHEADS.index(name) for name in overheads]]
+        counts = counts[:, [FITTABLE_OVERHEADS.index(name) for name in overheads]]
         y = np.array([s.seconds for s in samples], dtype=float)
         solver = _Overheads(counts, y, base.step_overhead)
         fits = [(_grid_fit(flops, nbytes, solver, o, rounds), o) for o in overlaps]
