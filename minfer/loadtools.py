@@ -17,11 +17,11 @@ tool, says what each one really sent: requests served, prompt and output tokens 
 
 **Each tool runs as its documented command**, in a child process, and its own result file is read back: minfer's
 ``python -m minfer.bench --endpoint`` on the workload saved as JSON lines, ``vllm bench serve --backend openai
---dataset-name random``, ``guidellm run --profile kind=poisson --data kind=synthetic_text``. ``commands()`` builds
-them; the table prints them. The tools live in environments of their own (``make load-tools`` builds them):
-vLLM in ``.venv-peers`` and GuideLLM in ``.venv-guidellm``, since both pin versions of transformers and friends
-that must not change what ``make test`` runs against. A tool that is not installed, or fails, gets a row saying
-so -- never a number.
+--dataset-name random``, ``guidellm run --profile kind=poisson --data kind=synthetic_text`` (the last two through
+the entry points their scripts call, for the reasons below). ``commands()`` builds them; the table prints them.
+The tools live in environments of their own (``make load-tools`` builds them): vLLM in ``.venv-peers`` and GuideLLM
+in ``.venv-guidellm``, since both pin versions of transformers and friends that must not change what ``make test``
+runs against. A tool that is not installed, or fails, gets a row saying so -- never a number.
 
 **Their ITL is not one definition.** minfer and vLLM take every gap between two streamed events of a request, over
 all requests, and report percentiles of those gaps. GuideLLM takes each request's mean gap, (e2e - TTFT) /
