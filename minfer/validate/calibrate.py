@@ -233,7 +233,8 @@ def calibrate(model=None, tokenizer=None) -> tuple[HardwareSpec, float, float]:
 def describe(spec: HardwareSpec, dtype: str = "float32") -> str:
     return (f"{spec.flops(dtype) / 1e9:.0f} GFLOP/s, {spec.memory_bandwidth / 1e9:.1f} GB/s, overlap "
             f"{spec.overlap:g}, overheads {1e3 * spec.step_overhead:.2f} ms/step, "
-            f"{1e6 * spec.token_overhead:.0f} us/token, {1e3 * spec.sample_overhead:.2f} ms/sampled token")
+            f"{1e6 * spec.token_overhead:.0f} us/token, {1e3 * spec.sample_overhead:.2f} ms/sampled token, "
+            f"{1e3 * spec.multi_row_overhead:.2f} ms/step of several tokens")
 
 
 def main() -> None:

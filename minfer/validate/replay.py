@@ -15,8 +15,9 @@ compare the percentiles.
 Which cost model replays a run (``--calibration``):
 
 * ``self``: the CPU spec fitted to the run's own step times, by chapter 10's constrained fit (effective FLOP/s and
-  bandwidth, compute and memory time adding up, a per-sampled-token overhead: three numbers from hundreds of
-  steps). The default for a real run. The metrics are *not* fitted: the replay schedules afresh.
+  bandwidth, compute and memory time adding up, a per-sampled-token overhead, and what a step of several tokens pays
+  more than a one-token step: four numbers from hundreds of steps). The default for a real run. The metrics are *not*
+  fitted: the replay schedules afresh.
 * ``stored``: the built-in ``cpu-2core`` spec (``python -m minfer.validate.calibrate``, fitted once on the course
   machine): a spec made at another time, under another load.
 * ``recorded``: the spec the run was made on -- for a run the simulator made (the default there); a replay then
@@ -97,12 +98,18 @@ def step_samples(run: RunRecord) -> list[Sample]:
 
 
 # ---- which cost model ----------------------------------------------------------------------------------
+# What the constrained fit frees besides the FLOP/s and bandwidth (chapter 10 fits the same): per sampled token, and
+# per step of several tokens -- without it, a fit to one load's batch mix misprices another's (docs/simulator.md)
+FIT_OVERHEADS = ("sample_overhead", "multi_row_overhead")
+
+
 def fit_spec(runs: Sequence[RunRecord]) -> HardwareSpec:
     """Chapter 10's constrained fit on the steps of ``runs``: effective FLOP/s and bandwidth, no overlap, no
-    per-token overhead, a per-sampled-token overhead (the fit that says something true about the machine)."""
+    per-token overhead, a per-sampled-token overhead and a per-step one for steps of several tokens (the fit that says
+    something true about the machine)."""
     first = runs[0]
     samples = [s for run in runs for s in step_samples(run)]
-    spec = fit(samples, first.model_spec, first.dtype, overlaps=(0.0,), overheads=("sample_overhead",))
+    spec = fit(samples, first.model_spec, first.dtype, overlaps=(0.0,), overheads=FIT_OVERHEADS)
     return replace(spec, name="fitted", source=f"fitted to {len(samples)} recorded steps (minfer.validate.replay)")
 
 
