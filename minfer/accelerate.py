@@ -253,7 +253,6 @@ def choose_products(requested: LinearBackendName, dtype: torch.dtype, device: to
     return Choice(backend, f"auto: no packed backend runs here ({problems})")
 
 
-@functools.cache  # once per process: the CPU does not change
 def float32_notice() -> str | None:
     """Why the fastest engine (``LLM()``, the server: every speed-up, ``"auto"``) stays in float32 on a CPU that has a
     faster dtype -- one line, printed once -- or None where float32 is the fastest this CPU runs the whole model in.
