@@ -37,8 +37,6 @@ copy is never multiplied (a quantized copy is quantized again, from the new weig
 from __future__ import annotations
 
 import copy
-import functools
-import sys
 import weakref
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -50,6 +48,7 @@ import torch
 from torch import Tensor, nn
 
 from minfer.model.llama import ApplyRotary, GateUp, Linear, LlamaModel, LMHead, RMSNorm, silu_mul
+from minfer.notices import say_once
 from minfer.ops import linear as products
 from minfer.ops import pointwise, quant_linear
 from minfer.ops.linear import PackedWeight
@@ -245,7 +244,7 @@ def choose_products(requested: LinearBackendName, dtype: torch.dtype, device: to
     if requested != "auto":
         return Choice(backend, f"linear_backend={requested!r}")
     if dtype == torch.float32 and device.type == "cpu" and (line := float32_notice()) is not None:
-        _say_once(line)
+        say_once(line)
     if backend != "torch":
         skipped = "" if backend == "cpp" else f" ({products.problem('cpp', dtype, device)})"
         return Choice(backend, f"auto: the first packed backend that runs {dtype} on {device.type}{skipped}")
@@ -266,11 +265,6 @@ def float32_notice() -> str | None:
     return (f"minfer: the model runs in float32, whose greedy tokens are Hugging Face's; this CPU also multiplies "
             f"{' and '.join(faster)} natively, faster but not token for token the same (python -m minfer.quality "
             f"measures how close): dtype={faster[0]!r} chooses it")
-
-
-@functools.cache
-def _say_once(line: str) -> None:  # once per process, as the backends' notices
-    print(line, file=sys.stderr)
 
 
 def choose_pointwise(requested: PointwiseBackendName, device: torch.device) -> Choice:

@@ -22,6 +22,7 @@ from minfer.config import SPEED_UPS
 from minfer.engine import OFFLINE_DEFAULTS
 from minfer.model.llama import ApplyRotary, GateUp, Linear, LMHead, RMSNorm
 from minfer.model.loader import load_model
+from minfer.notices import say_once
 from minfer.ops import linear, pointwise
 
 PLAIN_CLASSES = (Linear, GateUp, LMHead, RMSNorm, ApplyRotary)
@@ -80,7 +81,7 @@ def test_choices_say_why_a_backend_was_not_taken(monkeypatch):
     assert "oneDNN's packed products run on the CPU" in cuda.why
     assert choose_products("torch", torch.float32, torch.device("cpu")).why == "linear_backend='torch'"
     monkeypatch.setattr(pointwise, "problem", lambda kind: "no C++ compiler was found")
-    pointwise._notice.cache_clear()
+    say_once.cache_clear()
     assert choose_pointwise("auto", torch.device("cpu")) == type(cuda)("torch", "auto: no C++ compiler was found")
 
 
@@ -138,7 +139,7 @@ def test_the_fast_engine_says_once_why_it_stays_in_float32(tiny, monkeypatch, ca
     import minfer.accelerate as layer
 
     monkeypatch.setattr(linear, "whole_model_dtypes", lambda: (faster, None if faster else "no bfloat16 here"))
-    layer._say_once.cache_clear()
+    say_once.cache_clear()
     model, tok = tiny
     capsys.readouterr()
     LLMEngine(EngineConfig(model="tiny-random", num_blocks=16), model=model, tokenizer=tok)
@@ -153,4 +154,4 @@ def test_the_fast_engine_says_once_why_it_stays_in_float32(tiny, monkeypatch, ca
         assert "dtype='bfloat16' chooses it" in lines[0] and "python -m minfer.quality" in lines[0]
     else:
         assert lines == [] and layer.float32_notice() is None
-    layer._say_once.cache_clear()  # the next engine may say this machine's own line
+    say_once.cache_clear()  # the next engine may say this machine's own line

@@ -79,3 +79,19 @@ def test_auto_picks_by_device_and_capability():
         resolve_backend("flash", "cpu")
     with pytest.raises(ValueError, match="runs on"):
         load_backend(BACKENDS["cpp"], "cuda")
+
+
+def test_auto_says_once_per_process_which_backend_it_skips(monkeypatch, capsys):
+    """Every engine built in a process resolves "auto" again; the notice of a skipped kernel is printed by the first
+    only (``minfer.notices.say_once``), not once per engine."""
+    import minfer.ops.backends as backends
+    from minfer.notices import say_once
+
+    monkeypatch.setattr(backends, "unready", lambda name, kind: "no C++ compiler found" if name == "cpp" else None)
+    say_once.cache_clear()
+    capsys.readouterr()
+    assert [resolve_backend("auto", "cpu").name for _ in range(3)] == ["torch"] * 3
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["minfer: attention_backend='auto' skips 'cpp' on the cpu (no C++ compiler found); the next "
+                     "backend runs the same attention"], lines
+    say_once.cache_clear()

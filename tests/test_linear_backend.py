@@ -12,6 +12,7 @@ from minfer import EngineConfig
 from minfer.accelerate import PackedLinear, PackedLMHead, accelerate
 from minfer.model.llama import Linear, LMHead
 from minfer.model.loader import load_model
+from minfer.notices import say_once
 from minfer.ops.linear import (
     PACKED_BACKENDS,
     cpp_problem,
@@ -247,7 +248,7 @@ def test_auto_falls_back_to_onednn_with_a_notice_where_the_kernel_does_not_build
     import minfer.ops.linear as linear
 
     monkeypatch.setattr(linear, "cpp_problem", lambda dtype, device: "no C++ compiler found")
-    linear._notice.cache_clear()
+    say_once.cache_clear()
     expected = "torch" if onednn_problem(torch.float32, "cpu") else "onednn"
     assert resolve_linear_backend("auto", torch.float32, "cpu") == expected
     assert "linear_backend='auto' skips 'cpp' (no C++ compiler found)" in capsys.readouterr().err

@@ -11,6 +11,7 @@ from minfer import EngineConfig
 from minfer.accelerate import CompiledGateUp, CompiledRMSNorm, CompiledRotary, accelerate
 from minfer.model.llama import ApplyRotary, RMSNorm, apply_rotary, silu_mul
 from minfer.model.loader import load_model
+from minfer.notices import say_once
 from minfer.ops import pointwise
 from minfer.ops.cpp_build import have_compiler
 
@@ -103,7 +104,7 @@ def test_auto_picks_the_kernels_only_where_they_build(monkeypatch, capsys):
     with pytest.raises(ValueError, match="pointwise_backend must be one of"):
         EngineConfig(pointwise_backend="numba")
     monkeypatch.setattr(pointwise, "problem", lambda kind: "no C++ compiler was found")
-    pointwise._notice.cache_clear()
+    say_once.cache_clear()
     assert pointwise.resolve_pointwise_backend("auto", "cpu") == "torch"
     assert "skips 'cpp' (no C++ compiler was found)" in capsys.readouterr().err
     with pytest.raises(ValueError, match="pointwise_backend='cpp' cannot run here: no C\\+\\+ compiler"):

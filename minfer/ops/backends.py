@@ -19,6 +19,7 @@ import sys
 
 import torch
 
+from minfer.notices import say_once
 from minfer.ops.attention import AttentionBackend, AttentionOps
 from minfer.ops.cpp_build import build_problem, have_compiler
 
@@ -49,8 +50,8 @@ def resolve_backend(name: str, device: torch.device | str) -> AttentionBackend:
             if kind in backend.auto_on and (problem := unready(backend.name, kind)) is None:
                 return backend
             if kind in backend.auto_on:
-                print(f"minfer: attention_backend='auto' skips {backend.name!r} on the {kind} ({problem}); "
-                      "the next backend runs the same attention", file=sys.stderr)
+                say_once(f"minfer: attention_backend='auto' skips {backend.name!r} on the {kind} ({problem}); "
+                         "the next backend runs the same attention")
         raise ValueError(f"no attention backend is registered for attention_backend='auto' on {kind!r}")
     if name not in BACKENDS:
         raise ValueError(f"attention_backend must be 'auto' or one of {tuple(BACKENDS)}, got {name!r}")

@@ -27,7 +27,6 @@ engine is built. Engines that share a model share its packed copies (``shared_pa
 from __future__ import annotations
 
 import functools
-import sys
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +35,7 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
+from minfer.notices import say_once
 from minfer.ops.cpp_build import build_problem, load_extension
 from minfer.types import LinearBackendName
 
@@ -95,11 +95,6 @@ def problem(name: str, dtype: torch.dtype, device: torch.device | str) -> str | 
     return None
 
 
-@functools.cache
-def _notice(problem: str) -> None:  # once per process, as the other backends' notices
-    print(f"minfer: linear_backend='auto' skips 'cpp' ({problem})", file=sys.stderr)
-
-
 def resolve_linear_backend(name: LinearBackendName, dtype: torch.dtype, device: torch.device | str) -> str:
     """The backend ``name`` means for a model of ``dtype`` on ``device``: ``"auto"`` picks the first of
     ``"cpp"``, ``"onednn"``, ``"torch"`` that can run (with a one-line notice when the C++ kernel would have fit but
@@ -110,7 +105,7 @@ def resolve_linear_backend(name: LinearBackendName, dtype: torch.dtype, device: 
         if dtype == torch.float32:
             if (why := cpp_problem(dtype, device)) is None:
                 return "cpp"
-            _notice(why)
+            say_once(f"minfer: linear_backend='auto' skips 'cpp' ({why})")
         return "torch" if onednn_problem(dtype, device) else "onednn"
     if (why := problem(name, dtype, device)) is not None:
         raise ValueError(f"linear_backend={name!r} cannot run here: {why}; use 'torch' or 'auto'")

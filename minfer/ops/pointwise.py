@@ -21,12 +21,12 @@ call these kernels in for its norms, rotary and gated MLP activation, once, when
 from __future__ import annotations
 
 import functools
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import torch
 
+from minfer.notices import say_once
 from minfer.ops.cpp_build import build_problem, load_extension
 from minfer.types import PointwiseBackendName
 
@@ -49,11 +49,6 @@ def problem(device_type: str) -> str | None:
     return build_problem(kernels)
 
 
-@functools.cache
-def _notice(problem: str) -> None:  # once per process, as the attention backend's
-    print(f"minfer: pointwise_backend='auto' skips 'cpp' ({problem}); PyTorch's operators do the same", file=sys.stderr)
-
-
 def resolve_pointwise_backend(name: PointwiseBackendName, device: torch.device | str) -> str:
     """The backend ``name`` means on ``device``: ``"auto"`` picks the kernels on a CPU where they build; an explicit
     ``"cpp"`` that cannot build is an error that says why."""
@@ -64,6 +59,6 @@ def resolve_pointwise_backend(name: PointwiseBackendName, device: torch.device |
     if why is None:
         return "cpp"
     if name == "auto":
-        _notice(why)
+        say_once(f"minfer: pointwise_backend='auto' skips 'cpp' ({why}); PyTorch's operators do the same")
         return "torch"
     raise ValueError(f"pointwise_backend='cpp' cannot run here: {why}")

@@ -247,6 +247,8 @@ class Scheduler:
     def _record_chunks(self, budget: StepBudget, out: SchedulerOutput) -> None:
         """Record each prompt chunk that stops short of its request's end, and the budget that cut it: the one
         spent to 0 (a chunk is as long as the smaller budget allows, and spends it to the last token)."""
+        if budget.prompt == self.full_budget.prompt:  # no prompt chunk in this step: none was cut
+            return
         limit: ChunkLimit = "prompt_budget" if budget.prompt <= 0 else "token_budget"
         size = self.full_budget.prompt if limit == "prompt_budget" else self.full_budget.tokens
         for c in out.chunks:
