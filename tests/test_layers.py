@@ -33,7 +33,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "minfer"
 
 LAYERS: list[tuple[str, list[str]]] = [  # bottom-up; a module may import its own layer and those below
-    ("foundation", ["minfer.types", "minfer.input_checks", "minfer.units", "minfer.paths", "minfer.jsonl"]),
+    ("foundation", ["minfer.types", "minfer.input_checks", "minfer.units", "minfer.paths", "minfer.jsonl",
+                    "minfer.notices"]),
     ("values", ["minfer.config", "minfer.request", "minfer.plan", "minfer.trace", "minfer.cpu_malloc",
                 "minfer.workload", "minfer.metrics"]),
     ("primitives", ["minfer.kv", "minfer.kv.block_pool", "minfer.kv.host_pool", "minfer.ops", "minfer.ops.attention",
