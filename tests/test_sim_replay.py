@@ -21,12 +21,19 @@ from minfer.sim import HARDWARE
 from minfer.validate.replay import (
     METRICS,
     PERCENTILES,
+    MetricError,
+    ReplayReport,
+    StepErrors,
+    SweepPoint,
     calibration,
     compare,
+    load_sweep,
+    main,
     replay,
     replay_config,
     sampled_per_step,
     simulate,
+    sweep_summary,
 )
 from minfer.validate.run_record import RUN_VERSION, RunRecord, load_run, save_run
 from minfer.workload import poisson, submit
@@ -94,7 +101,7 @@ def test_saving_refuses_a_run_it_cannot_keep_whole(tiny):
 
 def test_sampled_tokens_are_read_back_from_the_trace(tiny):
     """Every output token was sampled in some step -- preempted requests' recompute chunks included."""
-    engine = real_run(tiny, n=16, rate=200.0, num_blocks=12, max_num_seqs=8)
+    engine = real_run(tiny, n=16, rate=1e6, num_blocks=12, max_num_seqs=8)  # all at once: the pool runs short
     run = RunRecord.of(engine)
     assert any(t.preempted for t in run.steps), "the pool should be small enough to preempt"
     assert sum(sampled_per_step(run)) == sum(r.num_output_tokens for r in run.requests)
@@ -171,3 +178,43 @@ def test_the_command_line(sim_run, tmp_path):
     table = subprocess.run([*env_cmd, "--calibration", "stored"], capture_output=True, text=True, check=True,
                            cwd=ROOT, timeout=300).stdout
     assert "ttft    p99" in table and "stored cpu-2core" in table and "matched by index" in table
+
+
+def test_the_sweep_summary_scores_every_load_at_once(sim_run):
+    """The target is "a median within 5% across metrics and loads": the summary's last rows take the median and the
+    worst p99 over every metric-percentile of every load, not a median of the loads' own medians. Three loads of
+    twelve errors each, 1-12%, 2-13% and 30-41%: the loads' medians 6.5%, 7.5% and 35.5% (their median 7.5%), the
+    median of all 36 errors 10.0%, the worst p99 41%."""
+    def report(errors: list[float]) -> ReplayReport:
+        cells = [(x, q) for x in METRICS for q in PERCENTILES]
+        metrics = [MetricError(x, q, 1.0, 1.0 + e, e) for (x, q), e in zip(cells, errors)]
+        return ReplayReport("held_out", {}, "", 1, metrics, StepErrors(1, 0.03, 0.05, 0, 0.0, 0.0, None))
+
+    def ramp(first: int) -> list[float]:
+        return [(first + i) / 100 for i in range(12)]
+
+    points = [SweepPoint(rate, sim_run, report(ramp(first)), report(ramp(first)), report(ramp(first)))
+              for rate, first in ((0.5, 1), (1.5, 2), (4.0, 30))]
+    lines = sweep_summary(points).splitlines()
+    assert [line.split(" | ")[6:8] for line in lines if line.startswith("| all | ")] == [["10.0%", "41.0%"]] * 3
+    per_load = [line.split(" | ")[6] for line in lines if " | held out | " in line]
+    assert per_load == ["6.5%", "7.5%", "35.5%", "10.0%"], per_load
+    single = sweep_summary(points[:1]).splitlines()
+    assert not [line for line in single if line.startswith("| all")], "one load: no row over loads"
+
+
+def test_a_kept_sweep_is_scored_again_without_recording(sim_run, tmp_path, capsys):
+    """``--sweep-dir`` reads the runs ``--save-dir`` kept (``run_rate<R>.json``, ``run_rate<R>_again.json``) and
+    scores them as the sweep did: each load held out against the others, and the second recording as the noise
+    floor -- here the same run twice, so no difference at all."""
+    with pytest.raises(ValueError, match="two loads or more"):
+        load_sweep(tmp_path)
+    for name in ("run_rate0.5", "run_rate4", "run_rate0.5_again"):
+        sim_run.save(tmp_path / f"{name}.json")
+    points = load_sweep(tmp_path)
+    assert [p.rate for p in points] == [0.5, 4.0]
+    assert points[0].rerun is not None and all(m.error == 0 for m in points[0].rerun) and points[1].rerun is None
+    assert all(p.held_out.calibration != p.self_fit.calibration for p in points)
+    main(["--sweep-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "| all | held out |" in out and "| 0.5 | the real engine again |" in out

@@ -343,12 +343,33 @@ def sweep(rates: Sequence[float] = (0.5, 1.5, 4.0), n: int = 32, seed: int = 0, 
             run.save(Path(save_dir) / f"run_rate{rate:g}.json")
         for rate, run in again.items():
             run.save(Path(save_dir) / f"run_rate{rate:g}_again.json")
+    return score_sweep(dict(zip(rates, runs)), again)
+
+
+def score_sweep(runs: dict[float, RunRecord], again: dict[float, RunRecord]) -> list[SweepPoint]:
+    """Replay each load's run three ways -- held out (a spec fitted to the other loads' steps), self, stored -- and
+    score the second recordings in ``again`` against the first (the noise floor)."""
+    rates = sorted(runs)
     points = []
-    for i, (rate, run) in enumerate(zip(rates, runs)):
-        others = runs[:i] + runs[i + 1:]
+    for rate in rates:
+        run, others = runs[rate], [runs[r] for r in rates if r != rate]
         points.append(SweepPoint(rate, run, replay(run, others), replay(run, "self"), replay(run, "stored"),
                                  metric_errors(run, again[rate]) if rate in again else None))
     return points
+
+
+def load_sweep(save_dir: str | Path) -> list[SweepPoint]:
+    """Score again the runs a sweep kept (``--save-dir``): after a change to the cost model or the fit, the same
+    recordings answer whether it helped, without the machine's run-to-run difference of new ones."""
+    runs: dict[float, RunRecord] = {}
+    again: dict[float, RunRecord] = {}
+    for path in sorted(Path(save_dir).glob("run_rate*.json")):
+        rate, _, tail = path.stem.removeprefix("run_rate").partition("_")
+        (again if tail == "again" else runs)[float(rate)] = load_run(path)
+    if len(runs) < 2:
+        raise ValueError(f"{save_dir}: a sweep keeps a run_rate<R>.json for each of two loads or more, found "
+                         f"{len(runs)}")
+    return score_sweep(runs, again)
 
 
 def sweep_table(points: Sequence[SweepPoint], which: str = "held_out") -> str:
@@ -364,22 +385,28 @@ def sweep_table(points: Sequence[SweepPoint], which: str = "held_out") -> str:
 
 def sweep_summary(points: Sequence[SweepPoint]) -> str:
     """One row per load and cost model: MAPE per metric, the median |error| over every metric and percentile, the
-    worst p99 error, and the median step-time error on the recorded schedule; and the noise floor where measured."""
+    worst p99 error, and the median step-time error on the recorded schedule; and the noise floor where measured.
+    Last, a row per cost model over every load at once (its steps' errors are in the rows above): the figures a target
+    "across metrics and loads" is about."""
     lines = ["| load (req/s) | cost model | TTFT | TPOT | ITL | E2E | median all | worst p99 | steps priced |",
              "|---|---|---|---|---|---|---|---|---|"]
 
-    def row(rate: float, label: str, errors: Sequence[MetricError], steps: str) -> str:
+    def row(load: str, label: str, errors: Sequence[MetricError], steps: str) -> str:
         mapes = " | ".join(f"{100 * statistics.fmean(abs(m.error) for m in errors if m.metric == x):.1f}%"
                            for x in METRICS)
         median = statistics.median(abs(m.error) for m in errors)
         worst = max(abs(m.error) for m in errors if m.percentile == 99)
-        return f"| {rate:g} | {label} | {mapes} | {100 * median:.1f}% | {100 * worst:.1f}% | {steps} |"
+        return f"| {load} | {label} | {mapes} | {100 * median:.1f}% | {100 * worst:.1f}% | {steps} |"
 
+    models = ("held out", "self", "stored")
     for p in points:
-        for label, report in (("held out", p.held_out), ("self", p.self_fit), ("stored", p.stored)):
-            lines.append(row(p.rate, label, report.metrics, f"{100 * report.steps.priced_median:.1f}%"))
+        for label, report in zip(models, (p.held_out, p.self_fit, p.stored)):
+            lines.append(row(f"{p.rate:g}", label, report.metrics, f"{100 * report.steps.priced_median:.1f}%"))
         if p.rerun is not None:
-            lines.append(row(p.rate, "the real engine again", p.rerun, ""))
+            lines.append(row(f"{p.rate:g}", "the real engine again", p.rerun, ""))
+    if len(points) > 1:
+        for label, reports in zip(models, zip(*((p.held_out, p.self_fit, p.stored) for p in points))):
+            lines.append(row("all", label, [m for r in reports for m in r.metrics], ""))
     return "\n".join(lines)
 
 
@@ -397,9 +424,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rates", default="0.5,1.5,4", help="--sweep: requests per second, comma-separated")
     parser.add_argument("-n", type=int, default=32, help="--sweep: requests per run")
     parser.add_argument("--save-dir", default=None, help="--sweep: keep the recorded runs here")
+    parser.add_argument("--sweep-dir", default=None, metavar="DIR",
+                        help="score again the runs a --sweep kept in DIR (--save-dir), recording nothing")
     args = parser.parse_args(argv)
-    if args.sweep:
-        points = sweep([float(r) for r in args.rates.split(",")], args.n, save_dir=args.save_dir)
+    if args.sweep or args.sweep_dir:
+        points = (load_sweep(args.sweep_dir) if args.sweep_dir else
+                  sweep([float(r) for r in args.rates.split(",")], args.n, save_dir=args.save_dir))
         if args.json:
             print(json.dumps([{"rate": p.rate, "held_out": p.held_out.to_dict(), "self": p.self_fit.to_dict(),
                                "stored": p.stored.to_dict(), "rerun": None if p.rerun is None else
@@ -408,7 +438,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(sweep_table(points), "\n", sweep_summary(points), sep="\n")
         return
     if args.run is None:
-        parser.error("give a recorded run (RUN.json), or --sweep")
+        parser.error("give a recorded run (RUN.json), --sweep, or --sweep-dir DIR")
     how: str | list[RunRecord] | None = None
     if args.calibration is not None:
         names = args.calibration
