@@ -33,7 +33,7 @@ from minfer.roofline import best_time
 # module class -> part of the step (classes of the plain model and of the speed-up layer's stand-ins)
 PARTS: dict[str, tuple[str, ...]] = {
     "weight products": ("Linear", "GateUp", "LMHead", "PackedLinear", "PackedGateUp", "CompiledGateUp",
-                        "PackedLMHead"),
+                        "PackedLMHead", "QuantizedLinear", "QuantizedGateUp", "QuantizedLMHead"),
     "norms and rotary": ("RMSNorm", "CompiledRMSNorm", "RotaryEmbedding", "ApplyRotary", "CompiledRotary"),
 }
 LAYER_CODE = "attention and the layers' own code"  # any other module: attention, cache writes, residual adds

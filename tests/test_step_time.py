@@ -44,6 +44,17 @@ def test_modules_fall_in_their_part(tiny):
     assert part_of(fast.layers[0].qkv_proj) == "weight products"
 
 
+@pytest.mark.parametrize("weights", ["int8", "q4"])
+def test_every_stand_in_of_the_speed_up_layer_falls_in_its_part(tiny, weights):
+    """A stand-in for a product or a norm that the table does not name would be timed as the layers' own code."""
+    model, _ = tiny
+    fast = accelerate(model, linear_backend="torch", pointwise_backend="torch", weights=weights)
+    for name, module in fast.named_modules():
+        if type(module).__module__ == "minfer.accelerate":  # a stand-in the layer installed
+            assert part_of(module) != LAYER_CODE, f"{name}: {type(module).__name__} is in no part of the step"
+    assert part_of(fast.layers[0].gate_up_proj) == "weight products"
+
+
 def test_no_stopwatch_is_left_on_the_model(tiny):
     model, _ = tiny
     with pytest.raises(RuntimeError, match="boom"):

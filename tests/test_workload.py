@@ -19,6 +19,7 @@ from minfer.workload import (
     scale_time,
     shared_prefix,
     submit,
+    token_ids,
     token_prompts,
 )
 
@@ -98,6 +99,20 @@ def test_token_prompts_are_reproducible():
     a, b = token_prompts(items, 320, seed=1), token_prompts(items, 320, seed=1)
     assert a == b and [len(p) for p in a] == [w.prompt_len for w in items]
     assert all(1 <= t < 320 for p in a for t in p)
+
+
+def test_prompts_share_their_int_objects_and_are_the_ids_a_range_would_give():
+    """Drawn from ``token_ids``, a prompt's ids are references to ints made once (no 28-byte int per token), and
+    they are the very ids ``random.choices`` draws from ``range(1, vocab_size)`` with the same seed: every
+    benchmark's prompts stayed what they were."""
+    import random
+
+    items = fixed_mix(6, seed=0)
+    prompts = token_prompts(items, 32000, seed=3)
+    rng = random.Random(3)
+    assert prompts == [rng.choices(range(1, 32000), k=w.prompt_len) for w in items]
+    pool = token_ids(32000)
+    assert all(t is pool[t - 1] for p in prompts for t in p)
 
 
 def test_submit_to_the_real_engine(tiny):
