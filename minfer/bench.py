@@ -477,16 +477,19 @@ def versions() -> dict[str, str | None]:
 @dataclass(frozen=True, slots=True)
 class DecodeSpeed:
     """One weight format's batch-1 decode step beside its bound: the bytes of the products' weights one step reads,
-    over this machine's read bandwidth measured in the same run."""
+    over this machine's read bandwidth measured in the same run; and the step's products alone against the same
+    bound (how near its kernels stream the bytes), the step's other work being the difference."""
 
     weights: str
     ms_per_token: float  # median engine step of one request decoding alone (LLM()'s speed-ups)
     weight_bytes: int
     bound_ms: float
+    products_ms: float  # the step's weight products alone (``step_time.time_products``)
 
     def line(self) -> str:
         return (f"{self.weights:<8} {self.ms_per_token:>10.2f} {self.weight_bytes / 1e6:>10.1f} "
-                f"{self.bound_ms:>9.2f} {self.ms_per_token / self.bound_ms:>9.2f}x")
+                f"{self.bound_ms:>9.2f} {self.ms_per_token / self.bound_ms:>9.2f}x {self.products_ms:>11.2f} "
+                f"{self.products_ms / self.bound_ms:>9.2f}x")
 
 
 def weights_decode(formats: Sequence[WeightFormat] = ("dtype", "int8", "q4"), model: str = "smollm2-135m",
@@ -495,11 +498,13 @@ def weights_decode(formats: Sequence[WeightFormat] = ("dtype", "int8", "q4"), mo
     per format over one loaded model, then one per dtype in ``dtypes`` (the whole model in it, e.g. "bfloat16");
     they take turns, ``rounds`` times (a shared machine's slow spells then fall on all of them), and each one's
     median step is reported. Each round: one request of 16 prompt tokens decoding ``tokens`` tokens (EOS ignored);
-    its first step (the prefill) is not counted."""
+    its first step (the prefill) is not counted. Then each format's products alone: one more decode step records
+    their inputs, and they are timed called again with them (``step_time.time_products``)."""
     from minfer.engine import LLMEngine
     from minfer.quality import product_bytes
     from minfer.request import SamplingParams
     from minfer.roofline import read_bandwidth
+    from minfer.step_time import time_products
 
     m, tok = cached_model(model)
     engines: dict[str, LLMEngine] = {
@@ -518,18 +523,26 @@ def weights_decode(formats: Sequence[WeightFormat] = ("dtype", "int8", "q4"), mo
                 engine.step()
                 if r:
                     steps[w].append(time.perf_counter() - start)
+    products: dict[str, float] = {}
+    for w, engine in engines.items():
+        engine.add_request(f"{w}-products", [100 + 7 * i % 900 for i in range(16)], params)
+        engine.step()  # the prefill: the next step is a decode
+        products[w] = time_products(engine.step, engine.executor.model, reps=rounds)  # type: ignore[attr-defined]
+        engine.abort_request(f"{w}-products")
     bandwidth = read_bandwidth()
     speeds = []
     for w, engine in engines.items():
         nbytes = product_bytes(engine.executor.model)  # type: ignore[attr-defined]  # a ModelRunner
-        speeds.append(DecodeSpeed(w, 1e3 * statistics.median(steps[w]), nbytes, 1e3 * nbytes / bandwidth))
+        speeds.append(DecodeSpeed(w, 1e3 * statistics.median(steps[w]), nbytes, 1e3 * nbytes / bandwidth,
+                                  1e3 * products[w]))
     return speeds, bandwidth
 
 
 def print_weights_decode(speeds: Sequence[DecodeSpeed], bandwidth: float) -> None:
     print(f"batch-1 decode, read bandwidth {bandwidth / 1e9:.1f} GB/s (one pass over 256 MB); bound = the products' "
           "weight bytes / bandwidth")
-    print(f"{'weights':<8} {'ms/token':>10} {'MB/step':>10} {'bound ms':>9} {'/ bound':>10}")
+    print(f"{'weights':<8} {'ms/token':>10} {'MB/step':>10} {'bound ms':>9} {'/ bound':>10} {'products ms':>11} "
+          f"{'/ bound':>10}")
     print("\n".join(s.line() for s in speeds))
 
 

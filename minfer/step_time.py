@@ -1,13 +1,15 @@
 """Where one forward step's time goes: a stopwatch on every module of the model, and a count of its operators.
 
 The roofline (``minfer.roofline``) says how long a decode step *must* take: every weight streamed from memory
-once, at the measured bandwidth. A measured step takes longer, and chapter 01 asks where the rest goes. Two
+once, at the measured bandwidth. A measured step takes longer, and chapter 01 asks where the rest goes. Three
 instruments answer it, both measured, nothing assumed:
 
 * ``time_step_parts`` times each module of the model with forward hooks and keeps each one's *own* time (its
   children's taken out), grouped by what the roofline counts: the weight products (the bytes it charges), the
   norms and rotary, attention with each layer's own code (cache writes, softmax over the context, residual
   adds), and what runs outside the model (sampling, the Python around the step);
+* ``time_products`` times the step's weight products alone, called again with the inputs they got in the step:
+  the step's time minus theirs is the rest of the step, measured without a stopwatch inside it;
 * ``operator_calls`` counts the PyTorch operators one step dispatches, and ``dispatch_cost`` times one tiny
   operator, so their product estimates what the calls cost before any arithmetic happens.
 
@@ -109,6 +111,30 @@ def time_step_parts(step: Callable[[], object], model: nn.Module, reps: int = 5)
     middle = sorted(range(reps), key=walls.__getitem__)[reps // 2]  # the median step, whole: its parts add up
     parts = {p: per_rep[middle].get(p, 0.0) for p in (*PARTS, LAYER_CODE, OUTSIDE)}
     return StepParts(wall_s=wall, timed_wall_s=walls[middle], parts=parts)
+
+
+def time_products(step: Callable[[], object], model: nn.Module, reps: int = 5) -> float:
+    """Seconds of ``step``'s weight products alone: one call of ``step`` records every product's inputs, in the
+    order it calls them; then those calls run again with the same inputs, nothing between them, ``reps`` times (the
+    median). The step's time minus this is what the rest of it costs: attention, norms, sampling, the Python around
+    them -- no stopwatch inside the step, so nothing of its own is added to either side."""
+    device = next(model.parameters()).device
+    calls: list[tuple[nn.Module, tuple[object, ...]]] = []
+    handles = [m.register_forward_pre_hook(lambda module, args: calls.append((module, args)))
+               for m in model.modules() if part_of(m) == "weight products"]
+    try:
+        step()
+    finally:
+        for h in handles:
+            h.remove()
+
+    @torch.inference_mode()
+    def products() -> None:
+        for module, args in calls:
+            module(*args)
+
+    products()  # warm-up, as the step itself was warm
+    return statistics.median(_timed(products, device) for _ in range(reps))
 
 
 class _CountOperators(TorchDispatchMode):

@@ -8,7 +8,7 @@ import torch
 from minfer.accelerate import accelerate
 from minfer.kv.contiguous import ContiguousKVCache
 from minfer.model.llama import DecoderLayer, Linear, RMSNorm
-from minfer.step_time import LAYER_CODE, OUTSIDE, PARTS, operator_calls, part_of, time_step_parts
+from minfer.step_time import LAYER_CODE, OUTSIDE, PARTS, operator_calls, part_of, time_products, time_step_parts
 
 
 def decode_step(model, fail: bool = False):
@@ -59,6 +59,17 @@ def test_no_stopwatch_is_left_on_the_model(tiny):
     model, _ = tiny
     with pytest.raises(RuntimeError, match="boom"):
         time_step_parts(decode_step(model, fail=True), model, reps=1)
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+
+
+def test_the_products_alone_are_a_part_of_the_step_and_leave_no_hook(tiny):
+    model, _ = tiny
+    calls = []
+    step = decode_step(model)
+    products = time_products(lambda: calls.append(1) or step(), model, reps=3)
+    parts = time_step_parts(step, model, reps=3)
+    assert calls == [1], "one step records the products' inputs; the timing runs the products alone"
+    assert 0 < products < parts.wall_s
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
 
 
