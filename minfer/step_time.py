@@ -2,7 +2,7 @@
 
 The roofline (``minfer.roofline``) says how long a decode step *must* take: every weight streamed from memory
 once, at the measured bandwidth. A measured step takes longer, and chapter 01 asks where the rest goes. Three
-instruments answer it, both measured, nothing assumed:
+instruments answer it, all measured, nothing assumed:
 
 * ``time_step_parts`` times each module of the model with forward hooks and keeps each one's *own* time (its
   children's taken out), grouped by what the roofline counts: the weight products (the bytes it charges), the

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 
 from minfer.accelerate import accelerate
 from minfer.kv.contiguous import ContiguousKVCache
@@ -62,14 +63,21 @@ def test_no_stopwatch_is_left_on_the_model(tiny):
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
 
 
-def test_the_products_alone_are_a_part_of_the_step_and_leave_no_hook(tiny):
+def test_the_products_alone_run_again_exactly_and_leave_no_hook(tiny):
+    """One step records; then the step's product calls, and nothing else, run once to warm up and once a rep."""
     model, _ = tiny
-    calls = []
+    products = [m for m in model.modules() if part_of(m) == "weight products"]
+    counted: list[nn.Module] = []
+    counters = [m.register_forward_pre_hook(lambda module, args: counted.append(module)) for m in products]
+    steps = []
     step = decode_step(model)
-    products = time_products(lambda: calls.append(1) or step(), model, reps=3)
-    parts = time_step_parts(step, model, reps=3)
-    assert calls == [1], "one step records the products' inputs; the timing runs the products alone"
-    assert 0 < products < parts.wall_s
+    seconds = time_products(lambda: steps.append(1) or step(), model, reps=3)
+    for h in counters:
+        h.remove()
+    per_step = len(counted) // 5
+    assert steps == [1] and seconds > 0
+    assert per_step == model.config.num_layers * 4 + 1  # qkv, o, gate/up, down a layer, and the LM head
+    assert counted == counted[:per_step] * 5, "the same calls, in the step's order: the step, a warm-up, 3 reps"
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
 
 
