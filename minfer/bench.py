@@ -513,10 +513,14 @@ def weights_decode(formats: Sequence[WeightFormat] = ("dtype", "int8", "q4"), mo
     engines |= {d: LLMEngine(EngineConfig(model=model, dtype=cast(DType, d), **OFFLINE_DEFAULTS),
                              model=cached_model(model, dtype=d)[0], tokenizer=tok) for d in dtypes}
     params = SamplingParams(max_tokens=tokens, temperature=0, ignore_eos=True)
+
+    def prompt(r: int) -> list[int]:  # round r's 16 prompt tokens (the products' step takes round 0's)
+        return [100 + (7 * i + r) % 900 for i in range(16)]
+
     steps: dict[str, list[float]] = {w: [] for w in engines}
     for r in range(rounds + 1):  # round 0 warms every engine up, untimed
         for w, engine in engines.items():
-            engine.add_request(f"{w}-{r}", [100 + (7 * i + r) % 900 for i in range(16)], params)
+            engine.add_request(f"{w}-{r}", prompt(r), params)
             engine.step()  # the prefill
             while engine.has_unfinished_requests():
                 start = time.perf_counter()
@@ -525,7 +529,7 @@ def weights_decode(formats: Sequence[WeightFormat] = ("dtype", "int8", "q4"), mo
                     steps[w].append(time.perf_counter() - start)
     products: dict[str, float] = {}
     for w, engine in engines.items():
-        engine.add_request(f"{w}-products", [100 + 7 * i % 900 for i in range(16)], params)
+        engine.add_request(f"{w}-products", prompt(0), params)
         engine.step()  # the prefill: the next step is a decode
         products[w] = time_products(engine.step, engine.executor.model, reps=rounds)  # type: ignore[attr-defined]
         engine.abort_request(f"{w}-products")
