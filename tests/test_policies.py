@@ -270,6 +270,28 @@ def test_queue_timeout_promote_lets_a_low_priority_request_through():
     assert start["promote"] < start["finish"] / 3, start
 
 
+def test_promoting_again_and_again_leaves_no_pile_of_stale_entries():
+    """Each promotion pushes a request anew and leaves its old heap entry behind: a long overload that promotes
+    every waiting request every few steps must not grow the heap with them (every step walks the queue in order).
+    The queue order stays the one a fresh queue of the same requests would have."""
+    from minfer.scheduler.policies import PriorityPolicy
+    pol, rng = PriorityPolicy(), random.Random(7)
+    reqs = [Request(f"q{i}", [1], SamplingParams(), arrival_time=i * 0.1, priority=rng.randrange(50, 60))
+            for i in range(40)]
+    for r in reqs:
+        pol.push(r)
+    for _ in range(30):
+        for r in rng.sample(reqs, 10):
+            pol.promote(r)
+        assert len(pol.heap) <= 2 * len(pol) + 16
+    gone = reqs[::7]
+    for r in gone:
+        pol.remove(r)
+    want = sorted((r for r in reqs if r not in gone), key=lambda r: (r.priority, r.arrival_time))
+    assert list(pol) == want
+    assert [pol.pop() for _ in range(len(want))] == want and pol.peek() is None
+
+
 @pytest.mark.parametrize("rate, sheds", [(5.0, False), (20.0, True)])
 def test_slo_shedding_improves_goodput_under_overload(rate, sheds):
     """At twice the machine's capacity, serving everyone makes nearly everyone late; shedding the requests

@@ -21,7 +21,9 @@ class HeapPolicy(Policy):
     its queue by a key (priority, job size, deadline...). A preempted request is pushed with ``front=True``.
 
     A heap with lazy deletion keeps push/pop O(log n) for long simulated queues: ``remove`` only forgets a
-    request, and its stale heap entry is dropped when it reaches the top."""
+    request, and its stale heap entry is dropped when it reaches the top. Stale entries that never reach the top
+    (a request promoted again and again leaves one behind each time) are swept out whenever they outnumber the
+    live ones, so the heap stays within about twice the queue."""
 
     def __init__(self) -> None:
         self.heap: list[tuple[Any, ...]] = []
@@ -36,6 +38,9 @@ class HeapPolicy(Policy):
         seq = next(self.counter)
         heapq.heappush(self.heap, (self.order(req, front), seq, req))
         self.live[req.request_id] = seq  # a newer entry for the same request makes the old one stale
+        if len(self.heap) > 2 * len(self.live) + 16:  # mostly stale: keep the live entries only
+            self.heap = [e for e in self.heap if self._is_live(e)]
+            heapq.heapify(self.heap)
 
     def push(self, req: Request) -> None:
         self._push(req, front=False)
@@ -67,7 +72,7 @@ class HeapPolicy(Policy):
         return len(self.live)
 
     def __iter__(self) -> Iterator[Request]:
-        return (e[-1] for e in sorted(self.heap, key=lambda e: e[:2]) if self._is_live(e))
+        return (e[-1] for e in sorted((e for e in self.heap if self._is_live(e)), key=lambda e: e[:2]))
 
 
 class PriorityPolicy(HeapPolicy):
