@@ -14,7 +14,7 @@ from conftest import alone, run_checked, tiny_engine
 from minfer import EngineConfig, LLMEngine, SamplingParams
 from minfer.metrics import SLO, jain_fairness, summarize
 from minfer.request import FINISH_REASONS, Request
-from minfer.scheduler.policies import FairPolicy
+from minfer.scheduler.policies import FairPolicy, PriorityPolicy
 from minfer.workload import WorkItem, poisson, submit
 
 
@@ -274,7 +274,6 @@ def test_promoting_again_and_again_leaves_no_pile_of_stale_entries():
     """Each promotion pushes a request anew and leaves its old heap entry behind: a long overload that promotes
     every waiting request every few steps must not grow the heap with them (every step walks the queue in order).
     The queue order stays the one a fresh queue of the same requests would have."""
-    from minfer.scheduler.policies import PriorityPolicy
     pol, rng = PriorityPolicy(), random.Random(7)
     reqs = [Request(f"q{i}", [1], SamplingParams(), arrival_time=i * 0.1, priority=rng.randrange(50, 60))
             for i in range(40)]
