@@ -159,12 +159,14 @@ class Cluster:
         self.done: dict[str, Request] = {}
         self.transfer_times: dict[str, float] = {}
         self.output_len: dict[str, int] = {}
-        self._seen = {id(e): 0 for e in self.engines}  # finished requests already read, per instance
         for e in self.engines:
             e.stream_outputs = False  # the cluster reads each instance's finished requests, not its step outputs
 
     def run(self, items: Sequence[WorkItem], prompts: Sequence[Any]) -> None:
         arrivals = deque(sorted(((w.arrival_time, i) for i, w in enumerate(items))))
+        # each prompt is let go once its request is added (the instance keeps its own copy): at 100,000 requests the
+        # prompts are 40 million token ids, and every copy kept alive spreads the live requests over more memory
+        prompts = list(prompts)
         engines = self.engines
         # when each instance starts its next step (inf: nothing to do); only an instance that just stepped or got a
         # request can change its own, so one list, updated there, replaces asking every instance at every event
@@ -177,7 +179,8 @@ class Cluster:
                 return
             if t_arrival <= min(t_handoff, t_step):
                 t, i = arrivals.popleft()
-                engine = self._arrive(f"r{i}", prompts[i], items[i], t)
+                prompt, prompts[i] = prompts[i], None
+                engine = self._arrive(f"r{i}", prompt, items[i], t)
             elif t_handoff <= t_step:
                 at, _, prefilled = heapq.heappop(self.handoffs)
                 rid = prefilled.request_id
@@ -199,8 +202,8 @@ class Cluster:
         return engine
 
     def _collect(self, engine: LLMEngine, is_prefill: bool) -> None:
-        new = engine.finished[self._seen[id(engine)]:]
-        self._seen[id(engine)] = len(engine.finished)
+        new = list(engine.finished)  # read once, then let go: a prefilled request lives on where it lands
+        engine.finished.clear()
         for req in new:
             rid = req.request_id
             if not is_prefill or req.finish_reason != "length" or self.output_len[rid] == 1:

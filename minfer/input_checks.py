@@ -41,20 +41,18 @@ def integer(name: str, value: Any, low: int | None = None, high: int | None = No
 def real(name: str, value: Any, low: float | None = None, high: float | None = None, *,
          low_open: bool = False) -> float:
     """A finite number (not a bool) in ``[low, high]`` -- or ``(low, high]`` with ``low_open``."""
-    expected = "a finite number" + _range(low, high, low_open)
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise _refuse(name, value, expected)
-    try:
-        value = float(value)
-    except OverflowError:  # an int too large for a float
-        raise _refuse(name, value, expected) from None
-    if not math.isfinite(value):
-        raise _refuse(name, value, expected)
-    if low is not None and (value < low or (low_open and value == low)):
-        raise _refuse(name, value, expected)
-    if high is not None and value > high:
-        raise _refuse(name, value, expected)
-    return value
+    if not isinstance(value, bool) and isinstance(value, numbers.Real):
+        try:
+            number = float(value)
+        except OverflowError:  # an int too large for a float
+            pass
+        else:
+            value = number
+            if (math.isfinite(value) and (low is None or value > low or (value == low and not low_open))
+                    and (high is None or value <= high)):
+                return value
+    # the message is written only for a refusal: every request's fields pass through here
+    raise _refuse(name, value, "a finite number" + _range(low, high, low_open))
 
 
 def boolean(name: str, value: Any) -> bool:
