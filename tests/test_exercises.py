@@ -75,6 +75,21 @@ def test_misplaced_markers_are_refused():
     assert stub_body(r, "E3.1: x, see chapter 03 §y") == stub
 
 
+def test_regions_follow_the_text_they_were_read_from():
+    """Regions are parsed once per file content (a check reads them four times): the same file with new text gives
+    the new text's regions, each read hands out a list of its own, and a marker out of place is refused on every
+    read, not only the first."""
+    src = "def f():\n    # BEGIN EXERCISE E3.1\n    return 1\n    # END EXERCISE\n"
+    first = regions_in_text(src, Path("x.py"), "x.py")
+    first.clear()
+    (a,) = regions_in_text(src, Path("x.py"), "x.py")
+    (b,) = regions_in_text(src.replace("return 1", "return 2"), Path("x.py"), "x.py")
+    assert (a.body, b.body) == ("    return 1\n", "    return 2\n")
+    for _ in range(2):
+        with pytest.raises(RegionError, match="never closed"):
+            regions_in_text(src.replace("    # END EXERCISE\n", ""), Path("x.py"), "x.py")
+
+
 @pytest.mark.parametrize("exercise", BUILD)
 def test_reference_passes_its_check(exercise):
     result = run_exercise(exercise)

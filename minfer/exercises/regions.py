@@ -21,6 +21,7 @@ text; it imports nothing of the engine.
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import json
 import re
@@ -87,6 +88,15 @@ def regions_in_text(text: str, path: Path, rel: str) -> list[Region]:
     """Every region of one file. Raises ``RegionError`` for a marker out of place."""
     if "# BEGIN EXERCISE" not in text:
         return []
+    return list(_parsed_regions(text, path, rel))
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed_regions(text: str, path: Path, rel: str) -> tuple[Region, ...]:
+    """The regions of one file's text, parsed once per content. One check reads the package's regions four times
+    (the stand-ins it installs and removes, the reference, the progress file), and tokenizing every file that holds
+    one was 40% of a quick check. The key is the text itself, so an edited file is parsed anew; a marker out of place
+    raises every time, since a raise is never cached."""
     lines = text.splitlines(keepends=True)
     spans: list[tuple[str, str, int, int]] = []  # (id, indent, begin, end), 1-based
     open_: tuple[str, str, int] | None = None
@@ -121,7 +131,7 @@ def regions_in_text(text: str, path: Path, rel: str) -> list[Region]:
         index = count.get((ex, name), 0)
         count[(ex, name)] = index + 1
         found.append(Region(ex, path, rel, name, index, begin, end, indent, "".join(lines[begin : end - 1])))
-    return found
+    return tuple(found)
 
 
 def comment_lines(text: str) -> list[int]:
