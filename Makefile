@@ -1,6 +1,7 @@
 # minfer: two commands do everything on a fresh machine.
 #   make lab    create .venv, install, open the course in JupyterLab (as root and with no display too)
 #   make test   create .venv if needed, install, run pytest and every notebook under nbval
+#               (the tests marked long, ten seconds or more each, run in make test-long: CI runs both)
 # Partial runs (docs/development.md): make test-unit, make test-notebooks NOTEBOOKS=notebooks/05_chunked_prefill.ipynb,
 # PYTEST_ARGS="-x -k engine" for either or for make test.
 # The course as exercises (docs/course.md; docs/instructor.md; python -m minfer.exercises list / show E3.1):
@@ -20,7 +21,7 @@ PYTEST_ARGS ?=
 TESTS       ?= tests
 NOTEBOOKS   ?= notebooks
 
-.PHONY: setup linked-venv lab test test-unit test-notebooks test-gpu notebooks bench bench-peers load-tools test-load-tools lint clean student check grade book
+.PHONY: setup linked-venv lab test test-unit test-long test-notebooks test-gpu notebooks bench bench-peers load-tools test-load-tools lint clean student check grade book
 
 # A .venv that is a link belongs to another checkout: make student links build/student/.venv to this one's. Nothing is
 # installed into it (pip install -e . would point the other checkout's minfer here), and PYTHONPATH puts this tree's
@@ -70,7 +71,8 @@ NBVAL ?= $(if $(wildcard minfer/exercises/solutions.json),--nbval-lax,--nbval --
 pytest_stage = $(BIN)/python -m pytest $(1) $(PYTEST_ARGS) || { rc=$$?; \
 	if [ $$rc -eq 5 ] && [ "$(if $(strip $(PYTEST_ARGS)),partial)" = partial ]; then \
 	echo "make $(2): PYTEST_ARGS selected no test here (pytest exit 5): nothing to run in this stage"; \
-	else exit $$rc; fi; }
+	else [ $$rc -ne 5 ] || echo "make $(2): no test selected (pytest exit 5). Tests marked long run in make" \
+	"test-long, the others in make test-unit"; exit $$rc; fi; }
 
 test: test-unit test-notebooks
 
@@ -82,10 +84,20 @@ TEST_WORKERS ?= 2
 XDIST = $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
 test-unit: setup
-	$(call pytest_stage,$(XDIST) $(TESTS),test-unit)
+	$(call pytest_stage,$(XDIST) -m "not long" $(TESTS),test-unit)
 
+# The tests marked long (pyproject.toml) take ten seconds or more each on 2 cores: whole workflows end to end (make
+# itself, a browser, a student build's own pytest, a server under its client, a GPU compiler, the simulator over the
+# whole published table) and the real model's stress cases (a tiny pool, one sequence at a time, speculation). Under
+# half of the unit tests' time goes to those few; the quick loop (make test) leaves them here, and CI (.ci/run) runs
+# them after it.
+test-long: setup
+	$(call pytest_stage,$(XDIST) -m long $(TESTS),test-long)
+
+# The chapters go longest first (conftest.py, from notebooks/run_times.json), so xdist must keep that order rather
+# than sort them by their number of cells.
 test-notebooks: setup
-	$(call pytest_stage,$(XDIST) $(NBVAL) --nbval-current-env $(NOTEBOOKS),test-notebooks)
+	$(call pytest_stage,$(XDIST) $(if $(XDIST),--no-loadscope-reorder) $(NBVAL) --nbval-current-env $(NOTEBOOKS),test-notebooks)
 
 # On a CUDA machine (after `make setup TORCH_SPEC=torch`): the CUDA tests run instead of skipping, and every
 # chapter runs on the GPU (MINFER_DEVICE=cuda). The stored outputs are the CPU run, so the notebooks are checked

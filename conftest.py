@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from pathlib import Path
 
 
 def _share_the_cores() -> None:
@@ -28,6 +30,26 @@ def pytest_collectstart(collector):
     # nbval: notebooks print progress bars and warnings to stderr; never compare those
     if getattr(collector, "skip_compare", None) is not None:
         collector.skip_compare += ("stderr",)
+
+
+def _chapter_seconds() -> dict[str, float]:
+    """Each chapter's last run time, which ``scripts/run_notebooks.py`` records when it stores the outputs."""
+    path = Path(__file__).parent / "notebooks" / "run_times.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Chapters longest first. ``make test`` hands the chapters whole to two processes as each frees up; in the order
+    of their names the last ones handed out can be long ones, and one process then runs alone at the end while the
+    other waits. Longest first, the end is made of short chapters and both stay busy (the classic rule for sharing
+    jobs among machines). A chapter's cells keep their order; the unit tests keep theirs."""
+    seconds = _chapter_seconds()
+    if not seconds or not any(item.path.suffix == ".ipynb" for item in items):
+        return
+    first = {}
+    for i, item in enumerate(items):
+        first.setdefault(item.path, i)
+    items.sort(key=lambda item: (-seconds.get(item.path.stem, 0.0), first[item.path]))
 
 
 # In a student build (make student), tests that reach an exercise not written yet are skipped with its name.

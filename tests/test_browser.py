@@ -42,7 +42,7 @@ import pytest
 from conftest import require_browser
 from minfer.viz.snapshot import CHROMIUM, CHROMIUM_ARGS
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.long]
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "11_scheduler_visualizer.ipynb"

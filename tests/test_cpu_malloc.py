@@ -50,6 +50,7 @@ def page_faults_per_round(mode: str) -> float:
     return float(run.stdout.split()[-1])
 
 
+@pytest.mark.long  # two engines in processes of their own
 def test_an_engine_stops_faulting_in_fresh_pages_every_step():
     default, tuned = page_faults_per_round("default"), page_faults_per_round("tuned")
     assert default > 5_000, f"expected fresh pages on every step with glibc's defaults, got {default:.0f} faults"

@@ -244,6 +244,7 @@ def test_every_make_target_named_has_a_rule(target):
     assert dry.stdout.strip() or target == "setup", f"make -n {target} would do nothing: no rule?"
 
 
+@pytest.mark.long  # make test itself, on one file and one chapter
 @needs_make
 def test_a_partial_run_that_selects_nothing_in_a_stage_goes_on():
     """`make test PYTEST_ARGS="-k engine"` selects no notebook cell: pytest exits 5 there, which a partial run
@@ -256,6 +257,7 @@ def test_a_partial_run_that_selects_nothing_in_a_stage_goes_on():
 
 
 @needs_make
+@pytest.mark.long  # make itself, as the one above
 def test_a_full_run_that_collects_nothing_fails(tmp_path):
     run = make("test-unit", f"TESTS={tmp_path}")
     assert run.returncode != 0 and "Error 5" in run.stderr, "a run with no PYTEST_ARGS that collected no test passed"

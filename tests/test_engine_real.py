@@ -48,8 +48,9 @@ def cases(smollm2, hf_smollm2):
     OFFLINE_DEFAULTS,  # what LLM() builds
     {"attention_backend": "torch", "pointwise_backend": "torch"},  # the references, where "auto" finds no compiler
     {"chunked_prefill_size": 16},
-    {"num_blocks": 12, "block_size": 8},
-    {"max_num_seqs": 1},
+    # the two that take ten seconds or more (hundreds of steps of one or two requests) run in make test-long
+    pytest.param({"num_blocks": 12, "block_size": 8}, marks=pytest.mark.long),
+    pytest.param({"max_num_seqs": 1}, marks=pytest.mark.long),
 ], ids=["defaults", "offline", "torch-references", "chunk16", "tiny-pool", "one-seq"])
 def test_engine_equals_hugging_face(smollm2, cases, kw):
     model, tok = smollm2

@@ -108,6 +108,7 @@ def test_every_build_check_fails_on_its_own_stub(handout):
         assert r["status"] == "failed" and r["stub"] == ex, f"{ex} did not fail on its own stub: {r}"
 
 
+@pytest.mark.long  # the student build's own pytest, whole
 def test_the_handouts_tests_pass_or_skip_naming_an_exercise(handout, tmp_path):
     junit = tmp_path / "student.xml"
     run = python(handout, "-m", "pytest", *HANDOUT_TESTS, "-q", "-p", "no:cacheprovider",
@@ -143,6 +144,7 @@ def module_path(node: str) -> str:
     return "/".join(parts[: last + 1]) + ".py"
 
 
+@pytest.mark.long
 def test_a_chapter_runs_for_a_student_who_wrote_nothing(handout):
     run = python(handout, "-m", "pytest", "--nbval-lax", "--nbval-current-env", "-p", "no:cacheprovider", "-q",
                  CHAPTER, timeout=900)

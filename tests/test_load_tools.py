@@ -20,7 +20,7 @@ from minfer import EngineConfig, LLMEngine
 from minfer.loadtools import MISSING, Row, Setup, Shape, default_tokenizer, find_guidellm, find_vllm, run_all, table
 from minfer.serve import ServerThread
 
-pytestmark = pytest.mark.needs_exercise("E3.1", "E4.1", "E5.1", "E6.1", "E8.1")
+pytestmark = [pytest.mark.needs_exercise("E3.1", "E4.1", "E5.1", "E6.1", "E8.1"), pytest.mark.long]
 
 SHAPE = Shape(requests=4, rate=4.0, prompt_len=24, output_len=6, seed=0)
 

@@ -45,6 +45,7 @@ def test_the_float32_weights_are_the_gguf_blocks_dequantized(real):
         assert torch.equal(w.dequantize(), expected), name
 
 
+@pytest.mark.long
 def test_q4_agrees_with_float32_up_to_the_order_of_its_sums(real, float32_answers):
     """Same numbers, summed in another order: logits within 1e-3 of float32's over the whole held text (measured:
     7e-5, as far as minfer's float32 kernel is from PyTorch's product), the same perplexity to 1e-4, and the same

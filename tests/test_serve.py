@@ -508,6 +508,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.long  # minfer.bench's client against the server
 def test_bench_endpoint_prints_the_client_row(server, capsys):
     from minfer.bench import main
 

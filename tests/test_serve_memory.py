@@ -38,6 +38,7 @@ def rss_mb() -> float:
         return int(f.read().split()[1]) * 4096 / 2**20
 
 
+@pytest.mark.long
 @pytest.mark.soak
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
 def test_rss_stays_flat_over_20000_served_requests(tiny):

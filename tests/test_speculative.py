@@ -283,6 +283,7 @@ COPY = ("Copy this text exactly, word for word:\n\nThe quick brown fox jumps ove
         "five dozen liquor jugs. How vexingly quick daft zebras jump! Sphinx of black quartz, judge my vow.")
 
 
+@pytest.mark.long  # three prompts decoded on the real model with and without speculation: over ten seconds
 @pytest.mark.parametrize("spec", [NGRAM, {"method": "early_exit", "num_speculative_tokens": 2,
                                           "num_draft_layers": 20}], ids=["ngram", "early_exit"])
 def test_real_model_greedy_outputs_equal_plain_decoding(smollm2, spec):

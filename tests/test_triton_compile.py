@@ -48,6 +48,7 @@ print(f"compiled {variants} kernel variants for sm_90")
 """
 
 
+@pytest.mark.long
 def test_kernels_compile_for_sm90(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path)  # compile for real, not from an earlier run's cache

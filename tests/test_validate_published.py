@@ -193,6 +193,7 @@ def test_fit_recovers_the_efficiencies_that_made_the_data():
         assert predict(p, SOURCE, replace(HARDWARE["L4"], **result.parameters)) == pytest.approx(p.value, rel=0.02)
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_built_in_table_meets_its_targets():
     """The whole table (a few minutes): median error within 15% on throughput and on latency, every scored
