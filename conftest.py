@@ -41,8 +41,8 @@ def _chapter_seconds() -> dict[str, float]:
 def pytest_collection_modifyitems(config, items):
     """Chapters longest first. ``make test`` hands the chapters whole to two processes as each frees up; in xdist's
     own order (by number of cells) the last ones handed out can be long ones, and one process then runs alone at the
-    end while the other waits. Longest first, the end is made of short chapters and both stay busy (the classic rule for sharing
-    jobs among machines). A chapter's cells keep their order; the unit tests keep theirs."""
+    end while the other waits. Longest first, the end is made of short chapters and both stay busy (the classic rule
+    for sharing jobs among machines). A chapter's cells keep their order; the unit tests keep theirs."""
     seconds = _chapter_seconds()
     if not seconds or not any(item.path.suffix == ".ipynb" for item in items):
         return
